@@ -1,0 +1,182 @@
+"""Compiling one component into a PipeLink object.
+
+Before nvcc runs, the component's folder, its generated ABI header and PipeLink's
+device headers are copied into a *stage*: a folder named by the hash of everything
+in it, under one fixed root (``$PIPELINK_STAGE`` or ``/tmp/pipelink-stage``). nvcc
+hashes the real path of a source and of its headers into the LTO-IR's module id, so
+compiling from a content-addressed path makes the object depend on content alone:
+two checkouts in two folders produce the same bytes, and a shared cache can hand
+them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import header
+from .contract import BoundContract, load_contract, sha256_text
+from .errors import ContractError, ToolchainError
+from .objfile import ComponentObject, pack, unpack, write_atomic
+from .toolchain import Toolchain, discover
+
+INCLUDE_DIR = Path(__file__).parent / "include"
+DEFAULT_STAGE = "/tmp/pipelink-stage"
+SOURCE_SUFFIXES = {".cu", ".cuh", ".h", ".hpp", ".inl"}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    arch: str
+    opt_level: str = "-O3"                   # nvcc -O
+    std: str = "c++17"                       # nvcc -std
+    extra: tuple[str, ...] = field(default_factory=tuple)   # appended verbatim
+    stage_root: str = field(default_factory=lambda: os.environ.get("PIPELINK_STAGE",
+                                                                   DEFAULT_STAGE))
+
+    def gencode(self) -> str:
+        """-gencode for LTO-IR of the arch: sm_90a -> arch=compute_90a,code=lto_90a."""
+        num = self.arch.removeprefix("sm_")
+        return f"-gencode=arch=compute_{num},code=lto_{num}"
+
+
+def nvcc_command(nvcc: str, opts: CompileOptions, source: str, output: str,
+                 includes: list[str]) -> list[str]:
+    """The one nvcc command line for a component (a pure function, testable alone)."""
+    cmd = [nvcc, f"-std={opts.std}", opts.opt_level, "-rdc=true", "-ltoir",
+           opts.gencode(), "--expt-relaxed-constexpr", "-Xcudafe", "--diag_suppress=177"]
+    cmd += [f"-I{inc}" for inc in includes]
+    return cmd + [*opts.extra, "-o", output, source]
+
+
+def _component_files(folder: Path) -> dict[str, bytes]:
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.suffix in SOURCE_SUFFIXES and not path.name.startswith("pl_"):
+            files[str(path.relative_to(folder))] = path.read_bytes()
+    return files
+
+
+def _digest(files: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return h.hexdigest()
+
+
+def _materialise(root: Path, files: dict[str, bytes]) -> Path:
+    """Writes ``files`` under root/<digest> once; concurrent writers race harmlessly."""
+    target = root / _digest(files)[:24]
+    if target.is_dir():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".stage-"))
+    for name, data in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process staged the same content first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def cutlass_include() -> Path:
+    """CUTLASS/CuTe headers from the nvidia-cutlass wheel."""
+    try:
+        import cutlass_library  # noqa: F401  (the wheel ships headers beside it)
+        from importlib.util import find_spec
+        spec = find_spec("cutlass_library")
+        base = Path(spec.origin).parent if spec and spec.origin else None
+    except ImportError:
+        base = None
+    for candidate in ([base / "source" / "include"] if base else []):
+        if (candidate / "cute").is_dir():
+            return candidate
+    raise ToolchainError("CUTLASS headers not found",
+                         hint="pip install nvidia-cutlass (the component lists includes: "
+                              "[cutlass])")
+
+
+def stage_sources(bound: BoundContract, folder: Path, arch: str,
+                  stage_root: Path) -> tuple[Path, list[str], str]:
+    """Stages a component; returns (stage dir, include dirs, sha256 of its sources)."""
+    files = _component_files(folder)
+    source = bound.contract.source_for(arch)
+    if source not in files:
+        raise ContractError(f"source '{source}' for {arch} not found in {folder}",
+                            where=bound.contract.where("source"),
+                            hint="set source: (or sources: {arch: file}) in the contract")
+    source_sha = _digest(files)
+    staged = {f"component/{k}": v for k, v in files.items()}
+    staged[f"component/pl_{bound.name}.h"] = header.generate(bound).encode()
+    for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
+        staged[f"include/{path.relative_to(INCLUDE_DIR)}"] = path.read_bytes()
+    stage = _materialise(stage_root, staged)
+    includes = [str(stage / "include"), str(stage / "component")]
+    if "cutlass" in bound.contract.data.get("includes", []):
+        includes.append(str(_stage_tree(cutlass_include(), stage_root)))
+    return stage, includes, source_sha
+
+
+def _stage_tree(src: Path, stage_root: Path) -> Path:
+    """A third-party include tree, copied once per installed version so its path (and
+    so the module ids nvcc derives from it) is the same on every checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        tag = version("nvidia-cutlass")
+    except PackageNotFoundError:
+        tag = "unknown"
+    target = stage_root / f"cutlass-{tag}"
+    if not target.is_dir():
+        stage_root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=stage_root, prefix=".cutlass-"))
+        shutil.copytree(src, tmp / "include")
+        try:
+            tmp.rename(target)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target / "include"
+
+
+def compile_component(contract_path: Path | str, params: dict[str, int | str] | None,
+                      opts: CompileOptions, output: Path | str,
+                      toolchain: Toolchain | None = None) -> ComponentObject:
+    """Builds ``output`` (a PipeLink object) from a component's contract and source."""
+    contract_path = Path(contract_path)
+    bound = load_contract(contract_path).bind(params)
+    if opts.arch not in bound.contract.archs:
+        raise ContractError(f"component '{bound.name}' does not support {opts.arch}",
+                            where=bound.contract.where("arch"),
+                            hint="its arch list: " + ", ".join(bound.contract.archs))
+    tc = toolchain or discover()
+    tc.require_arch(opts.arch)
+    stage, includes, source_sha = stage_sources(bound, contract_path.parent, opts.arch,
+                                                Path(opts.stage_root))
+    ltoir = run_nvcc(tc, opts, stage, bound.contract.source_for(opts.arch), includes,
+                     bound.name)
+    data = pack(bound, opts.arch, ltoir, source_sha256=source_sha, toolchain=tc.versions())
+    write_atomic(output, data)
+    return unpack(data, str(output))
+
+
+def run_nvcc(tc: Toolchain, opts: CompileOptions, stage: Path, source: str,
+             includes: list[str], component: str) -> bytes:
+    with tempfile.TemporaryDirectory(dir=stage.parent, prefix=".out-") as out_dir:
+        out = Path(out_dir) / "component.ltoir"
+        cmd = nvcc_command(tc.nvcc, opts, f"component/{source}", str(out), includes)
+        proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError(f"nvcc failed compiling component '{component}' for "
+                                 f"{opts.arch}", where=source,
+                                 log=proc.stdout + proc.stderr)
+        return out.read_bytes()
+
+
+def source_hash(folder: Path) -> str:
+    return sha256_text(_digest(_component_files(folder)))

@@ -1,0 +1,367 @@
+"""Component contracts: load, validate against the schema, and bind params.
+
+A contract is YAML next to the component's source. :func:`load_contract` validates it
+against :data:`pipelink.schema.CONTRACT_SCHEMA` and checks its internal references
+(a port's buffer names an smem entry, every expression's names are bound).
+:meth:`Contract.bind` fixes the compile-time params; what still depends on tunables
+stays an expression and is tabulated over the tunables' values by the checker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from . import expr
+from .errors import ContractError
+from .schema import CONTRACT_SCHEMA
+
+WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma"}
+_VALIDATOR = jsonschema.Draft202012Validator(CONTRACT_SCHEMA)
+
+
+def canonical_json(data: Any) -> str:
+    """The one serialisation used for hashing and embedding: sorted, compact."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def sha256_text(text: str | bytes) -> str:
+    raw = text.encode() if isinstance(text, str) else text
+    return hashlib.sha256(raw).hexdigest()
+
+
+def read_yaml(path: Path, error: type[Exception] = ContractError) -> Any:
+    """YAML from ``path``; a parse error names the file, line and column."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error(f"cannot read: {exc.strerror}", where=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise error(f"malformed YAML: {problem}", where=at) from None
+
+
+def schema_error(validator: jsonschema.Validator, data: Any, where: str,
+                 error: type[Exception]) -> None:
+    """Raises the first schema violation (deterministic order) with its key path."""
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    if not errors:
+        return
+    first = errors[0]
+    key = ".".join(str(p) for p in first.absolute_path) or "<top>"
+    message = first.message
+    if first.validator == "additionalProperties":
+        allowed = sorted(first.schema.get("properties", {}))
+        hint = "allowed keys: " + ", ".join(allowed) if allowed else None
+    elif first.validator == "required":
+        hint = "add the missing key"
+    else:
+        hint = first.schema.get("description") if isinstance(first.schema, dict) else None
+    raise error(f"key '{key}': {message}", where=where, hint=hint)
+
+
+@dataclass(frozen=True)
+class Port:
+    name: str
+    dir: str
+    kind: str
+    dtype: str
+    role: str
+    spec: dict[str, Any]          # the rest, as written (expressions unevaluated)
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    name: str
+    warps: Any
+    registers: Any
+    uses: tuple[str, ...]
+    entry: str
+    init: bool
+    tail: bool
+
+    @property
+    def warpgroup(self) -> bool:
+        return bool(WARPGROUP_USES & set(self.uses))
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A validated contract, params not yet bound."""
+
+    name: str
+    path: str                      # where it was read from, for messages
+    data: dict[str, Any]           # the YAML as validated
+    roles: dict[str, RoleSpec] = field(default_factory=dict)
+    ports: dict[str, Port] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.data.get("kind", "stage")
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        return tuple(self.data["arch"])
+
+    @property
+    def params(self) -> dict[str, int | str]:
+        return dict(self.data.get("params", {}))
+
+    @property
+    def tunables(self) -> dict[str, tuple[int, ...]]:
+        out = {}
+        for name, spec in self.data.get("tunables", {}).items():
+            out[name] = (tuple(range(spec[0], spec[1] + 1)) if isinstance(spec, list)
+                         else tuple(sorted(set(spec["values"]))))
+        return out
+
+    def section(self, key: str) -> dict[str, Any]:
+        return dict(self.data.get(key, {}))
+
+    def source_for(self, arch: str) -> str:
+        return self.data.get("sources", {}).get(arch) or self.data.get(
+            "source", f"{self.name}.cu")
+
+    def where(self, key: str) -> str:
+        return f"{self.path}: {key}"
+
+    def bind(self, overrides: dict[str, int | str] | None = None, *,
+             where: str | None = None) -> BoundContract:
+        """Fixes compile-time params (defaults overridden by ``overrides``)."""
+        params = self.params
+        for name, value in (overrides or {}).items():
+            if name not in params:
+                raise ContractError(
+                    f"component '{self.name}' has no param '{name}'", where=where or self.path,
+                    hint="params: " + (", ".join(sorted(params)) or "none"))
+            if type(value) is not type(params[name]):
+                raise ContractError(
+                    f"param '{name}' of '{self.name}' is {type(params[name]).__name__}, "
+                    f"got {value!r}", where=where or self.path)
+            params[name] = value
+        return BoundContract(self, params)
+
+
+@dataclass(frozen=True)
+class BoundContract:
+    """A contract with its params fixed: what one compiled object carries."""
+
+    contract: Contract
+    params: dict[str, int | str]
+
+    @property
+    def name(self) -> str:
+        return self.contract.name
+
+    def params_hash(self) -> str:
+        return sha256_text(canonical_json(self.params))[:8]
+
+    def symbol(self, entry: str) -> str:
+        """The linked symbol of an entry: the params hash keeps two param sets of one
+        component apart in one kernel."""
+        return f"{entry}_{self.params_hash()}"
+
+    def entries(self) -> dict[str, str]:
+        """Source-level entry name of each role (and 'tile' for a scheduler)."""
+        out = {r.name: r.entry for r in self.contract.roles.values()}
+        for r in self.contract.roles.values():
+            if r.init:
+                out[f"{r.name}.init"] = f"{r.entry}_init"
+            if r.tail:
+                out[f"{r.name}.tail"] = f"{r.entry}_tail"
+        if self.contract.kind == "scheduler":
+            out["tile"] = f"pl_{self.name}_tile"
+        return out
+
+    def dtype(self, value: str, key: str) -> str:
+        """A dtype as written, or the dtype a string param names."""
+        resolved = self.params.get(value, value)
+        if resolved not in expr.DTYPE_BYTES:
+            raise ContractError(f"'{value}' is not a dtype", where=self.contract.where(key),
+                                hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
+        return str(resolved)
+
+    def env(self, tunables: dict[str, int] | None = None) -> dict[str, int | str]:
+        return {**self.params, **(tunables or {})}
+
+    def eval(self, value: Any, key: str, tunables: dict[str, int] | None = None) -> int:
+        return expr.evaluate(value, self.env(tunables), where=self.contract.where(key))
+
+    def depends(self, value: Any) -> tuple[str, ...]:
+        """The tunables an expression reads, in contract order."""
+        used = expr.names(value) if not isinstance(value, int) else set()
+        return tuple(t for t in self.contract.tunables if t in used)
+
+    def tabulate(self, value: Any, key: str) -> tuple[tuple[str, ...],
+                                                       tuple[tuple[tuple[int, ...], int], ...]]:
+        """(depends, table): the value for every combination of the tunables it reads."""
+        deps = self.depends(value)
+        combos: list[tuple[int, ...]] = [()]
+        for d in deps:
+            combos = [c + (v,) for c in combos for v in self.contract.tunables[d]]
+        table = tuple((c, self.eval(value, key, dict(zip(deps, c, strict=True))))
+                      for c in combos)
+        return deps, table
+
+    def resolved(self) -> dict[str, Any]:
+        """Every value that does not depend on a tunable, evaluated (for inspect)."""
+        out: dict[str, Any] = {}
+        for section in ("smem", "named_barriers", "tmem", "roles"):
+            for name, spec in self.contract.section(section).items():
+                out[f"{section}.{name}"] = {
+                    k: self._try(v, f"{section}.{name}.{k}") for k, v in spec.items()
+                    if k not in ("uses", "entry", "init", "tail")}
+        for name, spec in self.contract.section("mbarriers").items():
+            count = spec["count"] if isinstance(spec, dict) else spec
+            out[f"mbarriers.{name}"] = {"count": self._try(count, f"mbarriers.{name}")}
+        return out
+
+    def _try(self, value: Any, key: str) -> Any:
+        if isinstance(value, (bool, list)) or self.depends(value):
+            return value
+        return self.eval(value, key)
+
+
+def load_contract(path: Path | str) -> Contract:
+    path = Path(path)
+    data = read_yaml(path)
+    return contract_from_data(data, str(path))
+
+
+def contract_from_data(data: Any, where: str) -> Contract:
+    """Validates contract data (already parsed) and checks its internal references."""
+    if not isinstance(data, dict):
+        raise ContractError("a contract is a mapping (component:, arch:, ...)", where=where)
+    schema_error(_VALIDATOR, data, where, ContractError)
+    name = data["component"]
+    roles = {r: RoleSpec(r, spec["warps"], spec.get("registers", 0), tuple(spec.get("uses", [])),
+                         spec.get("entry", f"pl_{name}_{r}"), spec.get("init", False),
+                         spec.get("tail", False))
+             for r, spec in data.get("roles", {}).items()}
+    ports = {}
+    for pname, spec in data.get("ports", {}).items():
+        role = spec.get("role") or _only_role(roles, name, pname, where)
+        if role not in roles:
+            raise ContractError(f"port '{pname}' names role '{role}', which is not declared",
+                                where=f"{where}: ports.{pname}.role",
+                                hint="roles: " + ", ".join(sorted(roles)))
+        rest = {k: v for k, v in spec.items() if k not in ("dir", "kind", "dtype", "role")}
+        ports[pname] = Port(pname, spec["dir"], spec["kind"], spec["dtype"], role, rest)
+    contract = Contract(name, where, data, roles, ports)
+    _check_references(contract)
+    _check_expressions(contract)
+    return contract
+
+
+def _only_role(roles: dict[str, RoleSpec], name: str, port: str, where: str) -> str:
+    if len(roles) == 1:
+        return next(iter(roles))
+    raise ContractError(f"port '{port}' of '{name}' must say which role sees it",
+                        where=f"{where}: ports.{port}",
+                        hint="add role: <one of " + ", ".join(sorted(roles)) + ">")
+
+
+_PORT_NEEDS = {
+    ("smem_pipeline", "out"): ("shape", "layout", "stages", "buffer", "full", "empty",
+                               "arrivals"),
+    ("smem_pipeline", "in"): ("shape", "layout", "stages", "arrivals"),
+    ("registers", "out"): ("count", "layout"),
+    ("registers", "in"): ("count", "layout"),
+    ("global", "out"): ("shape", "slots"),
+    ("global", "in"): ("shape", "readers"),
+}
+
+
+def _check_references(c: Contract) -> None:
+    smem, mbars = c.section("smem"), c.section("mbarriers")
+    if c.kind == "stage" and not c.roles:
+        raise ContractError(f"component '{c.name}' declares no roles", where=c.where("roles"),
+                            hint="a stage runs in warps: roles: {main: {warps: 1}}")
+    for port in c.ports.values():
+        key = f"ports.{port.name}"
+        for need in _PORT_NEEDS[(port.kind, port.dir)]:
+            if need not in port.spec:
+                raise ContractError(f"{port.dir} {port.kind} port '{port.name}' needs '{need}'",
+                                    where=c.where(key))
+        if port.kind == "smem_pipeline" and port.dir == "out":
+            if port.spec["buffer"] not in smem:
+                raise ContractError(f"port '{port.name}' names buffer '{port.spec['buffer']}', "
+                                    "which is not under smem", where=c.where(f"{key}.buffer"),
+                                    hint="smem: " + (", ".join(sorted(smem)) or "none"))
+            for bar in ("full", "empty"):
+                if port.spec[bar] not in mbars:
+                    raise ContractError(
+                        f"port '{port.name}' names mbarrier array '{port.spec[bar]}' as {bar}, "
+                        "which is not under mbarriers", where=c.where(f"{key}.{bar}"),
+                        hint="mbarriers: " + (", ".join(sorted(mbars)) or "none"))
+    for name, spec in c.section("tmem").items():
+        if "sm_100a" not in c.archs:
+            raise ContractError(f"tmem '{name}' needs sm_100a in arch",
+                                where=c.where(f"tmem.{name}"),
+                                hint="Tensor Memory exists on sm_100a only")
+        del spec
+
+
+def _expressions(c: Contract):
+    """Every (key, expression) in a contract."""
+    for section in ("smem", "named_barriers", "tmem"):
+        for name, spec in c.section(section).items():
+            for k, v in spec.items():
+                if k not in ("fixed", "live"):
+                    yield f"{section}.{name}.{k}", v
+    for name, spec in c.section("mbarriers").items():
+        if isinstance(spec, dict):
+            yield from ((f"mbarriers.{name}.{k}", v) for k, v in spec.items() if k != "live")
+        else:
+            yield f"mbarriers.{name}", spec
+    for r in c.roles.values():
+        yield f"roles.{r.name}.warps", r.warps
+        yield f"roles.{r.name}.registers", r.registers
+    for p in c.ports.values():
+        for k in ("count", "stages", "arrivals", "consumer_arrivals", "tx_bytes", "slots",
+                  "readers"):
+            if k in p.spec:
+                yield f"ports.{p.name}.{k}", p.spec[k]
+        for i, v in enumerate(p.spec.get("shape", [])):
+            yield f"ports.{p.name}.shape[{i}]", v
+        per_tile = p.spec.get("per_tile")
+        if per_tile is not None and not str(per_tile).startswith("args."):
+            yield f"ports.{p.name}.per_tile", per_tile
+
+
+def _check_expressions(c: Contract) -> None:
+    """Every expression parses and reads only declared params and tunables; every
+    dtype is one, or a string param that is one."""
+    known = set(c.params) | set(c.tunables)
+    dtypes = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()]
+    dtypes += [(f"args[{i}].dtype", a["dtype"]) for i, a in enumerate(c.data.get("args", []))
+               if "dtype" in a]
+    for key, value in dtypes:
+        if value not in expr.DTYPE_BYTES and not isinstance(c.params.get(value), str):
+            raise ContractError(f"{key} '{value}' is neither a dtype nor a string param",
+                                where=c.where(key),
+                                hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
+    for key, value in _expressions(c):
+        for name in sorted(expr.names(value)):
+            if name not in known:
+                raise ContractError(
+                    f"unbound name '{name}' in {key}", where=c.where(key),
+                    hint="declare it under params or tunables (known: "
+                         + (", ".join(sorted(known)) or "none") + ")")
+    arg_names = {a["name"] for a in c.data.get("args", [])}
+    for p in c.ports.values():
+        per_tile = str(p.spec.get("per_tile", ""))
+        if per_tile.startswith("args.") and per_tile[5:] not in arg_names:
+            raise ContractError(f"per_tile names '{per_tile}', not a declared arg",
+                                where=c.where(f"ports.{p.name}.per_tile"),
+                                hint="args: " + (", ".join(sorted(arg_names)) or "none"))

@@ -1,0 +1,67 @@
+// The paired pipeline API over a placed smem_pipeline port.
+//
+//   producer: acquire(state) -> write stage (or TMA into it) -> commit(state[, tx bytes])
+//   consumer: wait(state)    -> read stage                  -> release(state)
+//   both:     state.advance(port)
+//
+// The glue owns each PipeState and keeps it across work tiles, so a component
+// handles one tile per call and the ring never restarts out of phase.
+#pragma once
+
+#include <cstdint>
+
+#include "pipelink/mbarrier.cuh"
+#include "pipelink/types.cuh"
+
+namespace pl {
+
+struct PipeState {
+  uint32_t stage = 0;
+  uint32_t phase = 0;
+
+  __device__ void advance(const PipePort& port) {
+    if (++stage == port.stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+__device__ __forceinline__ uint32_t stage_offset(const PipePort& port, const PipeState& s) {
+  return port.buffer + s.stage * port.stage_bytes;
+}
+
+__device__ __forceinline__ uint32_t full_barrier(const PipePort& port, const PipeState& s) {
+  return port.full + s.stage * mbar::kBytes;
+}
+
+__device__ __forceinline__ uint32_t empty_barrier(const PipePort& port, const PipeState& s) {
+  return port.empty + s.stage * mbar::kBytes;
+}
+
+// Producer's view: the first pass over the ring finds every stage empty, hence
+// the inverted parity.
+__device__ __forceinline__ void producer_acquire(const PipePort& port, const PipeState& s) {
+  mbar::wait(empty_barrier(port, s), s.phase ^ 1);
+}
+
+__device__ __forceinline__ void producer_commit(const PipePort& port, const PipeState& s) {
+  mbar::arrive(full_barrier(port, s));
+}
+
+// For TMA producers: arm the full barrier with the bytes the copy engine will land.
+__device__ __forceinline__ void producer_expect(const PipePort& port, const PipeState& s,
+                                                uint32_t tx_bytes) {
+  mbar::arrive_expect_tx(full_barrier(port, s), tx_bytes);
+}
+
+// Consumer's view.
+__device__ __forceinline__ void consumer_wait(const PipePort& port, const PipeState& s) {
+  mbar::wait(full_barrier(port, s), s.phase);
+}
+
+__device__ __forceinline__ void consumer_release(const PipePort& port, const PipeState& s) {
+  mbar::arrive(empty_barrier(port, s));
+}
+
+}  // namespace pl

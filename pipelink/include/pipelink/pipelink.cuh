@@ -1,0 +1,16 @@
+// PipeLink device-side ABI: everything a component needs to read its placement.
+//
+// A component never hard-codes where it sits. Shared-memory offsets, mbarrier
+// addresses, named-barrier ids, warp bases and stage counts arrive in its placement
+// struct (generated from its own contract as pl_<component>.h) and, after nvJitLink's
+// LTO inlines the entry, fold into immediates.
+#pragma once
+
+#include "pipelink/types.cuh"
+#include "pipelink/smem.cuh"
+#include "pipelink/mbarrier.cuh"
+#include "pipelink/named_barrier.cuh"
+#include "pipelink/pipeline.cuh"
+#include "pipelink/tma.cuh"
+#include "pipelink/warp.cuh"
+#include "pipelink/global_handoff.cuh"

@@ -1,0 +1,31 @@
+// Dynamic shared memory addressed by placed offsets.
+#pragma once
+
+#include <cstdint>
+
+namespace pl {
+
+// The kernel's one dynamic shared-memory window. 1024-byte alignment is what
+// TMA's 128-byte swizzle needs for its destination tiles; the placer never
+// asks for more.
+__device__ __forceinline__ unsigned char* smem_base() {
+  extern __shared__ __align__(1024) unsigned char pl_dynamic_smem[];
+  return pl_dynamic_smem;
+}
+
+template <class T>
+__device__ __forceinline__ T* smem_ptr(uint32_t offset) {
+  return reinterpret_cast<T*>(smem_base() + offset);
+}
+
+// 32-bit shared-window address, as PTX shared-space instructions take it.
+__device__ __forceinline__ uint32_t smem_addr(uint32_t offset) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(smem_base())) + offset;
+}
+
+// Ordinary shared stores that TMA or wgmma read next must cross into the async proxy.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+}  // namespace pl

@@ -1,0 +1,47 @@
+// TMA (cp.async.bulk.tensor) helpers. Tensor maps arrive as __grid_constant__
+// kernel parameters; components receive a pointer to theirs in their args.
+#pragma once
+
+#include <cstdint>
+
+#include "pipelink/smem.cuh"
+
+namespace pl::tma {
+
+__device__ __forceinline__ void prefetch_descriptor(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
+}
+
+// 2-D tile load into shared memory completing on an mbarrier (complete_tx).
+__device__ __forceinline__ void load_2d(uint32_t dst_offset, const void* map,
+                                        uint32_t mbar_offset, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];"
+      :: "r"(smem_addr(dst_offset)), "l"(map), "r"(smem_addr(mbar_offset)),
+         "r"(c0), "r"(c1) : "memory");
+}
+
+// 2-D tile store from shared memory; out-of-bounds rows/columns are clipped.
+__device__ __forceinline__ void store_2d(const void* map, uint32_t src_offset,
+                                         int32_t c0, int32_t c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"(map), "r"(smem_addr(src_offset)), "r"(c0), "r"(c1) : "memory");
+}
+
+__device__ __forceinline__ void store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until at most N committed store groups still read shared memory.
+template <int N>
+__device__ __forceinline__ void store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void store_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+}
+
+}  // namespace pl::tma

@@ -1,0 +1,36 @@
+// Warp and warpgroup indices relative to a role's placed base.
+#pragma once
+
+#include <cstdint>
+
+#include "pipelink/types.cuh"
+
+namespace pl {
+
+constexpr uint32_t kWarpThreads = 32;
+constexpr uint32_t kWarpgroupWarps = 4;
+constexpr uint32_t kWarpgroupThreads = kWarpThreads * kWarpgroupWarps;
+
+__device__ __forceinline__ uint32_t lane() { return threadIdx.x % kWarpThreads; }
+
+// Warp index within the role (0 for the role's first warp). Warp-uniform.
+__device__ __forceinline__ uint32_t warp_in_role(const RolePlace& role) {
+  return __shfl_sync(0xffffffffu, threadIdx.x / kWarpThreads, 0) - role.warp_base;
+}
+
+// Thread index within the role.
+__device__ __forceinline__ uint32_t thread_in_role(const RolePlace& role) {
+  return threadIdx.x - role.warp_base * kWarpThreads;
+}
+
+__device__ __forceinline__ uint32_t warpgroup_in_role(const RolePlace& role) {
+  return warp_in_role(role) / kWarpgroupWarps;
+}
+
+__device__ __forceinline__ uint32_t role_threads(const RolePlace& role) {
+  return role.warps * kWarpThreads;
+}
+
+__device__ __forceinline__ bool elect_one_in_warp() { return lane() == 0; }
+
+}  // namespace pl

@@ -1,0 +1,117 @@
+"""The PipeLink object: one file carrying a component's LTO-IR and its contract.
+
+Layout (little-endian)::
+
+    magic   8 bytes   b"PLOBJ\\0" + format version (u16)
+    length  u32       bytes of the header that follows
+    header  JSON      canonical (sorted keys): component, arch, params, contract,
+                      hashes of source, contract and LTO-IR, toolchain versions, symbols
+    ltoir   bytes     nvcc -dlto -ltoir output, handed to nvJitLink as NVJITLINK_INPUT_LTOIR
+
+Why a container and not nvcc's host object: ``nvcc -c -dlto`` host objects embed
+temporary file names and differ run to run, while ``-ltoir`` output is byte-stable
+at a given path. The header is checked on read (magic, version, LTO-IR hash), so a
+truncated, corrupted or foreign file is refused with a message, never linked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .contract import BoundContract, canonical_json, contract_from_data, sha256_text
+from .errors import ObjectFormatError
+
+MAGIC = b"PLOBJ\0"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct("<6sHI")
+
+
+@dataclass(frozen=True)
+class ComponentObject:
+    header: dict[str, Any]
+    ltoir: bytes
+    path: str = ""
+
+    @property
+    def component(self) -> str:
+        return self.header["component"]
+
+    @property
+    def arch(self) -> str:
+        return self.header["arch"]
+
+    def bound(self) -> BoundContract:
+        """The embedded contract, re-validated, with its params bound."""
+        contract = contract_from_data(self.header["contract"], f"{self.path} (embedded contract)")
+        return contract.bind(self.header["params"])
+
+
+def pack(bound: BoundContract, arch: str, ltoir: bytes, *, source_sha256: str,
+         toolchain: dict[str, str]) -> bytes:
+    header = {
+        "format": FORMAT_VERSION,
+        "component": bound.name,
+        "arch": arch,
+        "params": bound.params,
+        "contract": bound.contract.data,
+        "contract_sha256": sha256_text(canonical_json(bound.contract.data)),
+        "source_sha256": source_sha256,
+        "ltoir_sha256": sha256_text(ltoir),
+        "ltoir_bytes": len(ltoir),
+        "toolchain": toolchain,
+        "symbols": {k: bound.symbol(v) for k, v in bound.entries().items()},
+    }
+    raw = canonical_json(header).encode()
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(raw)) + raw + ltoir
+
+
+def unpack(data: bytes, path: str = "<bytes>") -> ComponentObject:
+    if len(data) < _PREFIX.size or data[:len(MAGIC)] != MAGIC:
+        raise ObjectFormatError("not a PipeLink object (bad magic)", where=path,
+                                hint="build it with 'pipelink compile' or scons; "
+                                     "nvcc's own .o files cannot be linked directly")
+    _, version, length = _PREFIX.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise ObjectFormatError(f"object format {version}, this PipeLink reads "
+                                f"{FORMAT_VERSION}", where=path, hint="rebuild the component")
+    end = _PREFIX.size + length
+    try:
+        header = json.loads(data[_PREFIX.size:end])
+    except (ValueError, UnicodeDecodeError):
+        raise ObjectFormatError("corrupted header", where=path,
+                                hint="rebuild the component") from None
+    ltoir = data[end:]
+    if not isinstance(header, dict) or header.get("ltoir_sha256") != sha256_text(ltoir):
+        raise ObjectFormatError("corrupted object: LTO-IR does not match its recorded hash",
+                                where=path, hint="rebuild the component")
+    return ComponentObject(header, ltoir, path)
+
+
+def read_object(path: Path | str) -> ComponentObject:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ObjectFormatError(f"cannot read: {exc.strerror}", where=str(path)) from None
+    return unpack(data, str(path))
+
+
+def write_atomic(path: Path | str, data: bytes | str) -> None:
+    """Writes through a temporary file in the same folder and renames it into place,
+    so an interrupted build never leaves a half-written output."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

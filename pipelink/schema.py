@@ -1,0 +1,202 @@
+"""JSON Schemas of contracts and recipes: the one definition of what a file may say.
+
+Validation (jsonschema) and the generated contract reference (docs/contract-reference.md,
+``pipelink schema --markdown``) both read these dicts, so the docs cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+IDENT = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"}
+ARCHS = ["sm_90a", "sm_100a", "sm_120a"]
+DTYPES = ["f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "i32", "u32", "i8", "u8"]
+EXPR = {"description": "integer, or an integer expression over params and tunables",
+        "oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
+DTYPE_REF = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$",
+             "description": "a dtype (" + ", ".join(DTYPES) + ") or a param naming one"}
+LIVE = {"description": "[first, last) phase indices of the recipe's phases; default: all",
+        "type": "array", "items": {"type": "integer", "minimum": 0},
+        "minItems": 2, "maxItems": 2}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None,
+         description: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props,
+                           "additionalProperties": False}
+    if required:
+        out["required"] = required
+    if description:
+        out["description"] = description
+    return out
+
+
+def _map(value: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"type": "object", "description": description,
+            "propertyNames": IDENT, "additionalProperties": value}
+
+
+PORT = _obj({
+    "dir": {"enum": ["in", "out"], "description": "out: this component produces"},
+    "kind": {"enum": ["smem_pipeline", "registers", "global"],
+             "description": "smem_pipeline: staged buffers with full/empty mbarriers; "
+                            "registers: a fragment handed over in the same warps; "
+                            "global: a workspace slot with a release/acquire counter"},
+    "role": {**IDENT, "description": "the role whose entry sees this port (default: the only one)"},
+    "dtype": DTYPE_REF,
+    "shape": {"type": "array", "items": EXPR, "minItems": 1, "maxItems": 4,
+              "description": "tile shape of one stage (smem_pipeline, global)"},
+    "layout": {"type": "string", "description": "row_major, col_major, sw128_kmajor, "
+                                                "or a named fragment layout"},
+    "count": {**EXPR, "description": "registers: elements per thread"},
+    "stages": {**EXPR, "description": "smem_pipeline: ring depth"},
+    "buffer": {**IDENT, "description": "out smem_pipeline: the smem entry holding the stages"},
+    "full": {**IDENT, "description": "out smem_pipeline: the mbarrier array signalling full"},
+    "empty": {**IDENT, "description": "out smem_pipeline: the mbarrier array signalling empty"},
+    "arrivals": {**EXPR, "description": "arrivals per stage this side makes (out: on full, "
+                                        "in: on empty)"},
+    "consumer_arrivals": {**EXPR, "description": "out: arrivals on empty this producer "
+                                                 "expects from all consumers together"},
+    "tx_bytes": {**EXPR, "description": "bytes a TMA lands per stage (expect_tx)"},
+    "per_tile": {"description": "stages handed over per work tile: an expression or "
+                                "'args.NAME' for a runtime argument",
+                 "oneOf": [{"type": "integer"}, {"type": "string"}]},
+    "slots": {**EXPR, "description": "global: number of slots in the workspace"},
+    "readers": {**EXPR, "description": "global in: publishes a consumer waits for per slot"},
+}, ["dir", "kind", "dtype"])
+
+ARG = _obj({
+    "name": IDENT,
+    "type": {"enum": ["u32", "i32", "u64", "f32", "ptr", "tensormap"]},
+    "dtype": {**DTYPE_REF, "description": "ptr/tensormap: element type (or a param)"},
+    "box": {"type": "array", "items": EXPR, "description": "tensormap: box (inner first)"},
+    "swizzle": {"enum": [0, 32, 64, 128], "description": "tensormap: swizzle bytes"},
+    "description": {"type": "string"},
+}, ["name", "type"])
+
+CONTRACT_SCHEMA: dict[str, Any] = _obj({
+    "component": {**IDENT, "description": "the component's name; entries are pl_<component>_<role>"},
+    "kind": {"enum": ["stage", "scheduler"], "description": "scheduler: provides work tiles"},
+    "description": {"type": "string"},
+    "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True},
+    "source": {"type": "string", "description": "source file (default <component>.cu)"},
+    "sources": {"type": "object", "propertyNames": {"enum": ARCHS},
+                "additionalProperties": {"type": "string"},
+                "description": "per-arch source overrides"},
+    "includes": {"type": "array", "items": {"enum": ["cutlass"]},
+                 "description": "extra header sets (cutlass: the nvidia-cutlass wheel)"},
+    "params": _map({"oneOf": [{"type": "integer"}, {"type": "string"}]},
+                   "compile-time parameters and their defaults: one object per value set"),
+    "tunables": _map({"oneOf": [
+        {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+        _obj({"values": {"type": "array", "items": {"type": "integer"}, "minItems": 1}},
+             ["values"])]}, "link-time choices: [min, max] or {values: [...]}"),
+    "roles": _map(_obj({
+        "warps": EXPR,
+        "registers": {**EXPR, "description": "registers per thread this role needs"},
+        "uses": {"type": "array", "items": {"enum": ["wgmma", "setmaxnreg", "tma", "umma"]},
+                 "description": "wgmma/setmaxnreg/umma make the role warpgroup-aligned"},
+        "entry": {"type": "string"},
+        "init": {"type": "boolean", "description": "declare pl_<c>_<role>_init, run once"},
+        "tail": {"type": "boolean", "description": "declare pl_<c>_<role>_tail, run once"},
+    }, ["warps"]), "warp roles this component runs"),
+    "smem": _map(_obj({"bytes": EXPR, "align": EXPR, "live": LIVE}, ["bytes"]),
+                 "shared-memory buffers"),
+    "mbarriers": _map({"oneOf": [EXPR, _obj({"count": EXPR, "arrivals": EXPR, "live": LIVE},
+                                            ["count"])]},
+                      "mbarrier arrays: count, or {count, arrivals}"),
+    "named_barriers": _map(_obj({
+        "threads": EXPR,
+        "fixed": {"type": "integer", "minimum": 1, "maximum": 15,
+                  "description": "a hard-coded id (third-party code); omit to let the linker place it"},
+        "live": LIVE}, ["threads"]), "named barriers (bar.sync ids)"),
+    "tmem": _map(_obj({"columns": EXPR}, ["columns"]), "Tensor Memory allocations (sm_100a)"),
+    "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                "minItems": 3, "maxItems": 3},
+    "ports": _map(PORT, "what this component consumes and produces"),
+    "args": {"type": "array", "items": ARG, "description": "runtime arguments"},
+}, ["component", "arch"])
+
+CONNECTION = {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\s*->\s*"
+                                           r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$"}
+
+RECIPE_SCHEMA: dict[str, Any] = _obj({
+    "recipe": {**IDENT, "description": "the recipe's name (the kernel's entry is pl_<recipe>)"},
+    "description": {"type": "string"},
+    "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True},
+    "phases": {"type": "array", "items": IDENT,
+               "description": "named phases; smem 'live' ranges index these"},
+    "instances": _map({"oneOf": [
+        {"type": "string"},
+        _obj({"component": {"type": "string"},
+              "per_arch": {"type": "object", "propertyNames": {"enum": ARCHS},
+                           "additionalProperties": {"type": "string"}},
+              "params": {"type": "object", "additionalProperties": {
+                  "oneOf": [{"type": "integer"}, {"type": "string"}]}},
+              "tunables": {"type": "object", "additionalProperties": {"oneOf": [
+                  {"type": "integer"},
+                  {"type": "array", "items": {"type": "integer"}}]}},
+              })]}, "instance name -> component (or {component, per_arch, params})"),
+    "connect": {"type": "array", "items": CONNECTION,
+                "description": "'producer.port -> consumer.port'"},
+    "launch": _obj({
+        "grid": {"description": "host-side grid: integers or expressions over sizes",
+                 "type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+                 "minItems": 1, "maxItems": 3},
+        "persistent": {"type": "boolean", "description": "grid = number of SMs"},
+        "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                    "minItems": 3, "maxItems": 3},
+        "inputs": {"type": "object", "description": "call(x, w): name -> {dtype, shape}"},
+        "outputs": {"type": "object", "description": "allocated outputs: name -> {dtype, shape}"},
+        "bind": {"type": "object", "description": "instance.arg -> host expression"},
+        "workspace": {"type": "string"},
+    }),
+    "objective": {"oneOf": [
+        {"enum": ["max_tunables_then_min_smem", "min_smem"]},
+        _obj({"maximize": {"type": "array", "items": {"type": "string"}}})]},
+}, ["recipe", "arch", "instances"])
+
+
+def markdown_reference(schema: dict[str, Any], title: str) -> str:
+    """Renders a schema as a Markdown reference (one row per key, nested keys dotted)."""
+    lines = [f"# {title}", "", "Generated from `pipelink/schema.py`; do not edit.", "",
+             "| key | type | required | meaning |", "| --- | --- | --- | --- |"]
+    _rows(schema, "", lines, set(schema.get("required", [])))
+    return "\n".join(lines) + "\n"
+
+
+def _type_of(node: dict[str, Any]) -> str:
+    if "enum" in node:
+        return " \\| ".join(f"`{v}`" for v in node["enum"])
+    if "oneOf" in node:
+        return " or ".join(_type_of(n) for n in node["oneOf"])
+    kind = node.get("type", "any")
+    if kind == "array" and "items" in node:
+        return f"list of {_type_of(node['items'])}"
+    if kind == "object" and "additionalProperties" in node \
+            and isinstance(node["additionalProperties"], dict):
+        return "map"
+    return str(kind)
+
+
+def _rows(node: dict[str, Any], prefix: str, lines: list[str], required: set[str]) -> None:
+    for key, sub in node.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        lines.append(f"| `{path}` | {_type_of(sub)} | {'yes' if key in required else ''} | "
+                     f"{sub.get('description', '')} |")
+        _descend(sub, path, lines)
+
+
+def _descend(sub: dict[str, Any], path: str, lines: list[str]) -> None:
+    if sub.get("type") == "object" and "properties" in sub:
+        _rows(sub, path + ".", lines, set(sub.get("required", [])))
+    extra = sub.get("additionalProperties")
+    if isinstance(extra, dict) and extra.get("type") == "object":
+        _rows(extra, path + ".<name>.", lines, set(extra.get("required", [])))
+    elif isinstance(extra, dict) and "oneOf" in extra:
+        for alt in extra["oneOf"]:
+            if alt.get("type") == "object" and "properties" in alt:
+                _rows(alt, path + ".<name>.", lines, set(alt.get("required", [])))
+    items = sub.get("items")
+    if isinstance(items, dict) and items.get("type") == "object":
+        _rows(items, path + "[].", lines, set(items.get("required", [])))
