@@ -89,31 +89,51 @@ def pipeline_ports(bound: BoundContract, role: str) -> list[str]:
             if p.kind == "smem_pipeline" and p.role == role]
 
 
+def type_names(bound: BoundContract) -> dict[str, str]:
+    """Type names a bound contract's header defines, unique per params hash so the
+    glue (and a monolithic build) can hold two param sets of one component."""
+    c, h = bound.name, bound.params_hash()
+    names = {"params": f"pl_params_{c}_{h}", "place": f"pl_place_{c}_{h}",
+             "args": f"pl_args_{c}_{h}"}
+    names.update({f"state.{r}": f"pl_state_{c}_{r}_{h}" for r in bound.contract.roles})
+    return names
+
+
 def entry_signature(bound: BoundContract, role: str) -> str:
     """Parameter list of a role's per-tile entry."""
-    c = bound.name
-    regs = "".join(f", {t} (&{n})[{k}]" for t, n, k in register_ports(bound, role))
-    return (f"const pl_place_{c}& at, const pl_args_{c}& args, const pl::KernelInfo& k, "
-            f"const pl::WorkTile& tile, pl_state_{c}_{role}& st{regs}")
+    t = type_names(bound)
+    regs = "".join(f", {ct} (&{n})[{k}]" for ct, n, k in register_ports(bound, role))
+    return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
+            f"const pl::WorkTile& tile, {t[f'state.{role}']}& st{regs}")
 
 
 def hook_signature(bound: BoundContract, role: str) -> str:
-    c = bound.name
-    return (f"const pl_place_{c}& at, const pl_args_{c}& args, const pl::KernelInfo& k, "
-            f"pl_state_{c}_{role}& st")
+    t = type_names(bound)
+    return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
+            f"{t[f'state.{role}']}& st")
+
+
+def scheduler_signature(bound: BoundContract) -> str:
+    t = type_names(bound)
+    return f"const {t['place']}& at, const {t['args']}& args, uint32_t iteration"
 
 
 def generate(bound: BoundContract) -> str:
+    """The header. Types and entries carry the params hash; outside the glue
+    (``PL_GLUE`` undefined) plain aliases let the component say ``pl_place_<c>``
+    and define ``pl_<c>_<role>``."""
     c = bound.contract
     name = bound.name
+    t = type_names(bound)
+    guard = f"PL_HEADER_{name.upper()}_{bound.params_hash().upper()}"
     out = [f"// pl_{name}.h: generated from the contract of '{name}' "
            f"(params {bound.params_hash()}); do not edit.",
-           "#pragma once", "",
+           f"#ifndef {guard}", f"#define {guard}", "",
            "#include <cstdint>", "#include <cuda_bf16.h>", "#include <cuda_fp16.h>",
            "#include <cuda_fp8.h>", "",
            '#include "pipelink/pipelink.cuh"', "",
            "// Compile-time params: one object per value set.",
-           f"struct pl_params_{name} {{"]
+           f"struct {t['params']} {{"]
     for key, value in sorted(bound.params.items()):
         if isinstance(value, str) and value in CXX_DTYPE:
             out.append(f"  using {key} = {CXX_DTYPE[value]};  // {value}")
@@ -122,30 +142,37 @@ def generate(bound: BoundContract) -> str:
         else:
             out.append(f"  static constexpr int {key} = {value};")
     out += ["};", "", "// Where the linker put this component: filled in by the glue.",
-            f"struct pl_place_{name} {{"]
+            f"struct {t['place']} {{"]
     for member, fields in place_fields(bound):
         out.append("  struct {")
         out += [f"    {ctype} {field};  // {key}" for ctype, field, key in fields]
         out.append(f"  }} {member};")
-    out += ["};", "", "// Runtime arguments, in contract order.", f"struct pl_args_{name} {{"]
+    out += ["};", "", "// Runtime arguments, in contract order.", f"struct {t['args']} {{"]
     out += [f"  {ctype} {field};" for ctype, field in arg_fields(bound)]
     out += ["};", ""]
     symbols = {k: bound.symbol(v) for k, v in bound.entries().items()}
+    aliases = [f"using pl_params_{name} = {t['params']};",
+               f"using pl_place_{name} = {t['place']};", f"using pl_args_{name} = {t['args']};"]
     for role in sorted(c.roles):
         spec = c.roles[role]
         out.append(f"// Pipeline state of role '{role}', kept by the glue across work tiles.")
-        out.append(f"struct pl_state_{name}_{role} {{")
+        out.append(f"struct {t[f'state.{role}']} {{")
         out += [f"  pl::PipeState {p};" for p in pipeline_ports(bound, role)]
-        out += ["};", f"#define {spec.entry} {symbols[role]}",
-                f'extern "C" __device__ void {spec.entry}({entry_signature(bound, role)});']
+        out += ["};", f'extern "C" __device__ void {symbols[role]}'
+                      f"({entry_signature(bound, role)});"]
+        aliases += [f"using pl_state_{name}_{role} = {t[f'state.{role}']};",
+                    f"#undef {spec.entry}", f"#define {spec.entry} {symbols[role]}"]
         for hook in ("init", "tail"):
             if getattr(spec, hook):
-                out += [f"#define {spec.entry}_{hook} {symbols[f'{role}.{hook}']}",
-                        f'extern "C" __device__ void {spec.entry}_{hook}'
-                        f"({hook_signature(bound, role)});"]
+                out.append(f'extern "C" __device__ void {symbols[f"{role}.{hook}"]}'
+                           f"({hook_signature(bound, role)});")
+                aliases += [f"#undef {spec.entry}_{hook}",
+                            f"#define {spec.entry}_{hook} {symbols[f'{role}.{hook}']}"]
         out.append("")
     if c.kind == "scheduler":
-        out += [f"#define pl_{name}_tile {symbols['tile']}",
-                f'extern "C" __device__ pl::WorkTile pl_{name}_tile('
-                f"const pl_place_{name}& at, const pl_args_{name}& args, uint32_t iteration);", ""]
+        out += [f'extern "C" __device__ pl::WorkTile {symbols["tile"]}'
+                f"({scheduler_signature(bound)});", ""]
+        aliases += [f"#undef pl_{name}_tile", f"#define pl_{name}_tile {symbols['tile']}"]
+    out += ["// Plain names for the component's own source.", "#ifndef PL_GLUE", *aliases,
+            "#endif", "", f"#endif  // {guard}", ""]
     return "\n".join(out)

@@ -1,0 +1,527 @@
+"""The checker: do a recipe's components fit together, and what must be placed?
+
+Given a recipe and the bound contract of every instance (read from the objects, so a
+shipped ``.o`` is enough), :func:`check` verifies the wiring before anything is
+placed: arch sets intersect; every input port is connected exactly once to a
+compatible output; dtype, shape, layout, stages and arrival counts agree or a known
+transfer bridges them; fixed barrier ids do not collide. Every problem names both
+components, both ports and the field. The result is a :class:`Kernel`: the transfers,
+the warp lanes, the global workspace and the :class:`~pipelink.problem.Problem` the
+placer solves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import expr
+from .contract import BoundContract, Port
+from .errors import CheckError
+from .problem import (
+    THREADS_PER_WARP,
+    Buffer,
+    NamedBarrier,
+    Problem,
+    Role,
+    Sized,
+    TmemAlloc,
+    Tunable,
+)
+from .recipe import Endpoint, Recipe
+
+MBARRIER_BYTES = 8
+MBARRIER_ALIGN = 8
+DEFAULT_SMEM_ALIGN = 128
+WORKSPACE_ALIGN = 256
+CONVERTER_WARPS = 4            # one warpgroup converts a stage with 16-byte accesses
+CONVERTER_REGISTERS = 64
+CONVERTER_STAGES = 2           # double-buffered: conversion overlaps the consumer
+CONVERTIBLE_DTYPES = {"f32", "bf16", "f16"}
+CONVERTIBLE_LAYOUTS = {"row_major", "col_major"}
+
+
+@dataclass(frozen=True)
+class Transfer:
+    kind: str                      # zero_copy | conversion | registers | global
+    src: Endpoint
+    dst: Endpoint
+    index: int                     # the recipe's connect[] entry
+
+    @property
+    def converter(self) -> str:
+        return f"cvt_{self.dst.instance}_{self.dst.port}"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """Warps shared by component roles joined by register hand-offs, in call order."""
+
+    name: str
+    members: tuple[tuple[str, str], ...]     # (instance, role)
+    warps: int
+    registers: int
+    warpgroup: bool
+
+
+@dataclass(frozen=True)
+class GlobalSlots:
+    slot_offset: int
+    slot_bytes: int
+    counter_offset: int
+    slots: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    recipe: Recipe
+    arch: str
+    bound: dict[str, BoundContract]
+    transfers: tuple[Transfer, ...]
+    lanes: tuple[Lane, ...]
+    scheduler: str | None
+    workspace: dict[str, GlobalSlots]        # "inst.port" of the producer -> slots
+    workspace_bytes: int
+    problem: Problem
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def peer(self, inst: str, port: str) -> Transfer | None:
+        """The transfer feeding an input port."""
+        return next((t for t in self.transfers
+                     if t.dst == Endpoint(inst, port)), None)
+
+
+class _Problems:
+    """Collects every problem before failing, so one run reports them all."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.recipe, self.items, self.warnings = recipe, [], []
+
+    def add(self, key: str, message: str, hint: str = "") -> None:
+        text = f"{self.recipe.where(key)}: {message}"
+        self.items.append(text + (f"\n  hint: {hint}" if hint else ""))
+
+    def warn(self, key: str, message: str) -> None:
+        self.warnings.append(f"{self.recipe.where(key)}: warning: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise CheckError(self.items)
+
+
+def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
+    problems = _Problems(recipe)
+    _check_archs(recipe, arch, bound, problems)
+    transfers = _check_connections(recipe, bound, problems)
+    _check_fixed_barriers(bound, problems)
+    _check_clusters(recipe, bound, problems)
+    scheduler = _scheduler(bound, problems)
+    problems.raise_if_any()
+    lanes = _lanes(recipe, bound, transfers, problems)
+    problems.raise_if_any()
+    workspace, workspace_bytes = _workspace(bound, transfers)
+    problem = _problem(recipe, arch, bound, transfers, lanes, problems)
+    problems.raise_if_any()
+    return Kernel(recipe, arch, bound, tuple(transfers), tuple(lanes), scheduler, workspace,
+                  workspace_bytes, problem, tuple(problems.warnings))
+
+
+def _check_archs(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
+                 problems: _Problems) -> None:
+    for name, b in bound.items():
+        if arch not in b.contract.archs:
+            problems.add(f"instances.{name}",
+                         f"component '{b.name}' supports {', '.join(b.contract.archs)}, "
+                         f"not {arch}",
+                         f"choose another component for {arch} with per_arch:, or drop "
+                         f"{arch} from the recipe's arch")
+
+
+def _port(bound: dict[str, BoundContract], end: Endpoint, recipe: Recipe, key: str,
+          problems: _Problems) -> Port | None:
+    b = bound.get(end.instance)
+    if b is None:
+        problems.add(key, f"unknown instance '{end.instance}'")
+        return None
+    port = b.contract.ports.get(end.port)
+    if port is None:
+        problems.add(key, f"component '{b.name}' (instance '{end.instance}') has no port "
+                          f"'{end.port}'",
+                     "its ports: " + (", ".join(sorted(b.contract.ports)) or "none"))
+    return port
+
+
+def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
+                       problems: _Problems) -> list[Transfer]:
+    transfers: list[Transfer] = []
+    fed: dict[Endpoint, int] = {}
+    for conn in recipe.connections:
+        src = _port(bound, conn.src, recipe, conn.key, problems)
+        dst = _port(bound, conn.dst, recipe, conn.key, problems)
+        if src is None or dst is None:
+            continue
+        if src.dir != "out" or dst.dir != "in":
+            problems.add(conn.key, f"'{conn.src}' is an {src.dir} port and '{conn.dst}' an "
+                                   f"{dst.dir} port; a connection runs out -> in",
+                         "write 'producer.out_port -> consumer.in_port'")
+            continue
+        if conn.dst in fed:
+            problems.add(conn.key, f"input port '{conn.dst}' is connected twice "
+                                   f"(connect[{fed[conn.dst]}] and connect[{conn.index}])",
+                         "an input port takes exactly one producer")
+            continue
+        fed[conn.dst] = conn.index
+        kind = _transfer_kind(bound, conn, src, dst, problems)
+        if kind:
+            transfers.append(Transfer(kind, conn.src, conn.dst, conn.index))
+    for name, b in bound.items():
+        for port in b.contract.ports.values():
+            end = Endpoint(name, port.name)
+            if port.dir == "in" and end not in fed:
+                problems.add(f"instances.{name}",
+                             f"input port '{end}' ({port.kind}, {port.dtype}) of component "
+                             f"'{b.name}' is not connected",
+                             f"add 'producer.port -> {end}' under connect:")
+            if port.dir == "out" and not any(t.src == end for t in transfers):
+                problems.warn(f"instances.{name}", f"output port '{end}' is not connected; "
+                                                   "its producer still runs")
+    _check_arrivals(bound, transfers, problems)
+    return transfers
+
+
+def _field(b: BoundContract, port: Port, name: str) -> Any:
+    """A port field, evaluated where it does not depend on tunables."""
+    value = port.spec.get(name)
+    if name == "dtype":
+        return b.dtype(port.dtype, f"ports.{port.name}.dtype")
+    if value is None or name == "layout":
+        return value
+    key = f"ports.{port.name}.{name}"
+    if name == "shape":
+        return [b.eval(v, f"{key}[{i}]") for i, v in enumerate(value)]
+    return value if b.depends(value) else b.eval(value, key)
+
+
+def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: Port,
+                   problems: _Problems) -> str | None:
+    sb, db = bound[conn.src.instance], bound[conn.dst.instance]
+    pair = f"'{conn.src}' ({sb.name}) -> '{conn.dst}' ({db.name})"
+    if src.kind != dst.kind:
+        problems.add(conn.key, f"{pair}: port kinds differ: {src.kind} vs {dst.kind}",
+                     "connect ports of the same kind")
+        return None
+    differs = {f: (_field(sb, src, f), _field(db, dst, f))
+               for f in ("dtype", "shape", "layout", "count")
+               if _field(sb, src, f) != _field(db, dst, f)}
+    if src.kind == "registers":
+        if differs:
+            _mismatch(problems, conn.key, pair, differs,
+                      "a register hand-off needs one fragment: same dtype, count and layout")
+            return None
+        return "registers"
+    if src.kind == "global":
+        differs.pop("layout", None)
+        if differs:
+            _mismatch(problems, conn.key, pair, differs, "global slots must agree")
+            return None
+        return "global"
+    stage_problem = _stages(sb, src, db, dst)
+    if stage_problem:
+        problems.add(conn.key, f"{pair}: field 'stages': {stage_problem}",
+                     "give both ports the same stages, or make one a tunable")
+        return None
+    if "shape" in differs:
+        _mismatch(problems, conn.key, pair, {"shape": differs["shape"]},
+                  "no transfer reshapes a tile: make the tile shapes equal")
+        return None
+    if not differs:
+        tx_s, tx_d = _field(sb, src, "tx_bytes"), _field(db, dst, "tx_bytes")
+        if tx_d is not None and tx_s != tx_d:
+            _mismatch(problems, conn.key, pair, {"tx_bytes": (tx_s, tx_d)},
+                      "the consumer expects another byte count per stage")
+            return None
+        return "zero_copy"
+    dtypes = {_field(sb, src, "dtype"), _field(db, dst, "dtype")}
+    layouts = {src.spec.get("layout"), dst.spec.get("layout")}
+    if dtypes <= CONVERTIBLE_DTYPES and layouts <= CONVERTIBLE_LAYOUTS:
+        return "conversion"
+    _mismatch(problems, conn.key, pair, differs,
+              "a generated conversion handles dtypes " + "/".join(sorted(CONVERTIBLE_DTYPES))
+              + " and layouts " + "/".join(sorted(CONVERTIBLE_LAYOUTS)))
+    return None
+
+
+def _mismatch(problems: _Problems, key: str, pair: str, differs: dict[str, tuple],
+              hint: str) -> None:
+    for name, (a, b) in sorted(differs.items()):
+        problems.add(key, f"{pair}: field '{name}' differs: {a} vs {b}", hint)
+
+
+def _stages(sb: BoundContract, src: Port, db: BoundContract, dst: Port) -> str | None:
+    """Stages must be able to agree: equal constants, or tunables with a shared value."""
+    def domain(b: BoundContract, p: Port) -> set[int]:
+        deps, table = b.tabulate(p.spec["stages"], f"ports.{p.name}.stages")
+        return {v for _, v in table}
+    common = domain(sb, src) & domain(db, dst)
+    if not common:
+        return (f"{sorted(domain(sb, src))} vs {sorted(domain(db, dst))} have no value in "
+                "common")
+    return None
+
+
+def _check_arrivals(bound: dict[str, BoundContract], transfers: list[Transfer],
+                    problems: _Problems) -> None:
+    for t in transfers:
+        if t.kind != "zero_copy":
+            continue
+        src = bound[t.src.instance].contract.ports[t.src.port]
+        expected = src.spec.get("consumer_arrivals")
+        if expected is None:
+            continue
+        sb = bound[t.src.instance]
+        consumers = [u for u in transfers if u.src == t.src and u.kind == "zero_copy"]
+        total = sum(_arrivals(bound, u.dst) for u in consumers)
+        want = sb.eval(expected, f"ports.{src.name}.consumer_arrivals")
+        if total != want and t == consumers[0]:
+            who = " + ".join(f"{u.dst} {_arrivals(bound, u.dst)}" for u in consumers)
+            problems.add(f"connect[{t.index}]",
+                         f"'{t.src}' ({sb.name}) expects {want} arrivals per stage on its "
+                         f"empty barrier, its consumers make {total} ({who})",
+                         "make the consumers' 'arrivals' add up to the producer's "
+                         "'consumer_arrivals'")
+
+
+def _arrivals(bound: dict[str, BoundContract], end: Endpoint) -> int:
+    b = bound[end.instance]
+    return b.eval(b.contract.ports[end.port].spec["arrivals"], f"ports.{end.port}.arrivals")
+
+
+def _check_fixed_barriers(bound: dict[str, BoundContract], problems: _Problems) -> None:
+    owners: dict[int, str] = {}
+    for name, b in bound.items():
+        for bar, spec in sorted(b.contract.section("named_barriers").items()):
+            fixed = spec.get("fixed")
+            if fixed is None:
+                continue
+            here = f"{name}.{bar} ({b.name}, {b.contract.path})"
+            if fixed in owners:
+                problems.add(f"instances.{name}",
+                             f"named barrier id {fixed} is fixed by both {owners[fixed]} and "
+                             f"{here}",
+                             "declare one of them relocatable (drop 'fixed:') so the linker "
+                             "can move it")
+            else:
+                owners[fixed] = here
+
+
+def _check_clusters(recipe: Recipe, bound: dict[str, BoundContract],
+                    problems: _Problems) -> None:
+    shapes = {name: tuple(b.contract.data["cluster"]) for name, b in bound.items()
+              if "cluster" in b.contract.data}
+    wanted = recipe.launch.get("cluster")
+    if wanted is not None:
+        shapes["launch.cluster"] = tuple(wanted)
+    if len(set(shapes.values())) > 1:
+        listing = ", ".join(f"{k} {list(v)}" for k, v in sorted(shapes.items()))
+        problems.add("launch.cluster", f"cluster shapes disagree: {listing}",
+                     "components of one kernel share one cluster shape")
+
+
+def _scheduler(bound: dict[str, BoundContract], problems: _Problems) -> str | None:
+    schedulers = [n for n, b in bound.items() if b.contract.kind == "scheduler"]
+    if len(schedulers) > 1:
+        problems.add("instances", "more than one scheduler: " + ", ".join(schedulers),
+                     "a kernel iterates over one sequence of work tiles")
+    return schedulers[0] if schedulers else None
+
+
+def _lanes(recipe: Recipe, bound: dict[str, BoundContract], transfers: list[Transfer],
+           problems: _Problems) -> list[Lane]:
+    """Union of component roles joined by register hand-offs, producers first."""
+    order = [(n, r) for n, b in bound.items() for r in b.contract.roles]
+    parent = {m: m for m in order}
+
+    def find(m: tuple[str, str]) -> tuple[str, str]:
+        while parent[m] != m:
+            m = parent[m]
+        return m
+
+    for t in transfers:
+        if t.kind == "registers":
+            a = (t.src.instance, bound[t.src.instance].contract.ports[t.src.port].role)
+            b = (t.dst.instance, bound[t.dst.instance].contract.ports[t.dst.port].role)
+            parent[find(b)] = find(a)
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for m in order:
+        groups.setdefault(find(m), []).append(m)
+    lanes = []
+    for members in groups.values():
+        members = _call_order(members, transfers, bound)
+        specs = [(m, bound[m[0]].contract.roles[m[1]]) for m in members]
+        warps = {m: bound[m[0]].eval(s.warps, f"roles.{m[1]}.warps") for m, s in specs}
+        if len(set(warps.values())) > 1:
+            listing = ", ".join(f"{i}.{r} {w}" for (i, r), w in warps.items())
+            problems.add("connect", f"roles sharing warps through a register hand-off run "
+                                    f"on different warp counts: {listing}",
+                         "a register hand-off stays in the same threads: give the roles "
+                         "the same warps")
+            continue
+        regs = max(bound[m[0]].eval(s.registers, f"roles.{m[1]}.registers") for m, s in specs)
+        lanes.append(Lane("+".join(f"{i}.{r}" for i, r in members), tuple(members),
+                          next(iter(warps.values())), regs,
+                          any(s.warpgroup for _, s in specs)))
+    return lanes
+
+
+def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
+                bound: dict[str, BoundContract]) -> list[tuple[str, str]]:
+    """Producers of register hand-offs run before their consumers (stable otherwise)."""
+    before = {m: set() for m in members}
+    for t in transfers:
+        if t.kind == "registers":
+            a = (t.src.instance, bound[t.src.instance].contract.ports[t.src.port].role)
+            b = (t.dst.instance, bound[t.dst.instance].contract.ports[t.dst.port].role)
+            if a in before and b in before:
+                before[b].add(a)
+    ordered: list[tuple[str, str]] = []
+    while len(ordered) < len(members):
+        for m in members:
+            if m not in ordered and before[m] <= set(ordered):
+                ordered.append(m)
+                break
+        else:  # a cycle of hand-offs: keep recipe order, the glue will still call all
+            ordered += [m for m in members if m not in ordered]
+    return ordered
+
+
+def _workspace(bound: dict[str, BoundContract],
+               transfers: list[Transfer]) -> tuple[dict[str, GlobalSlots], int]:
+    """Lays out global hand-off slots, then their counters, in connection order."""
+    ports = []
+    for t in transfers:
+        if t.kind == "global" and str(t.src) not in [str(p) for p, _, _ in ports]:
+            b = bound[t.src.instance]
+            port = b.contract.ports[t.src.port]
+            elems = math.prod(b.eval(v, f"ports.{port.name}.shape") for v in port.spec["shape"])
+            slot_bytes = _align(elems * expr.DTYPE_BYTES[b.dtype(port.dtype, port.name)],
+                                WORKSPACE_ALIGN)
+            slots = b.eval(port.spec["slots"], f"ports.{port.name}.slots")
+            ports.append((t.src, slot_bytes, slots))
+    out, offset = {}, 0
+    for src, slot_bytes, slots in ports:
+        out[str(src)] = GlobalSlots(offset, slot_bytes, 0, slots)
+        offset += slot_bytes * slots
+    for src, _, slots in ports:
+        g = out[str(src)]
+        out[str(src)] = GlobalSlots(g.slot_offset, g.slot_bytes, offset, slots)
+        offset = _align(offset + 4 * slots, WORKSPACE_ALIGN)
+    return out, offset
+
+
+def _align(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def _sized(b: BoundContract, inst: str, value: Any, key: str) -> Sized:
+    deps, table = b.tabulate(value, key)
+    return Sized(tuple(f"{inst}.{d}" for d in deps), table)
+
+
+def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
+             transfers: list[Transfer], lanes: list[Lane], problems: _Problems) -> Problem:
+    tunables, equal, buffers, barriers, tmem = [], [], [], [], []
+    pins = recipe.instances(arch)
+    for inst, b in bound.items():
+        where = b.contract.path
+        for name, values in b.contract.tunables.items():
+            allowed = _pinned(values, pins[inst].tunables.get(name))
+            if not allowed:
+                problems.add(f"instances.{inst}.tunables.{name}",
+                             f"pins {pins[inst].tunables.get(name)} outside {b.name}'s range "
+                             f"{list(values)}")
+                allowed = values
+            tunables.append(Tunable(f"{inst}.{name}", tuple(allowed), 1,
+                                    f"{where}: tunables.{name}"))
+        for name, spec in b.contract.section("smem").items():
+            align = b.eval(spec.get("align", DEFAULT_SMEM_ALIGN), f"smem.{name}.align")
+            buffers.append(Buffer(f"{inst}.{name}", _sized(b, inst, spec["bytes"],
+                                                           f"smem.{name}.bytes"), align,
+                                  _live(spec), f"{where}: smem.{name}"))
+        for name, spec in b.contract.section("mbarriers").items():
+            count = spec["count"] if isinstance(spec, dict) else spec
+            sized = _sized(b, inst, count, f"mbarriers.{name}")
+            sized = Sized(sized.depends, tuple((k, v * MBARRIER_BYTES) for k, v in sized.table))
+            buffers.append(Buffer(f"{inst}.mbar.{name}", sized, MBARRIER_ALIGN,
+                                  _live(spec) if isinstance(spec, dict) else None,
+                                  f"{where}: mbarriers.{name}"))
+        for name, spec in b.contract.section("named_barriers").items():
+            barriers.append(NamedBarrier(f"{inst}.{name}",
+                                         b.eval(spec["threads"], f"named_barriers.{name}"),
+                                         spec.get("fixed"), _live(spec),
+                                         f"{where}: named_barriers.{name}"))
+        for name, spec in b.contract.section("tmem").items():
+            tmem.append(TmemAlloc(f"{inst}.{name}", _sized(b, inst, spec["columns"],
+                                                           f"tmem.{name}.columns"),
+                                  f"{where}: tmem.{name}"))
+    for t in transfers:
+        if t.kind == "zero_copy":
+            equal += _stage_ties(bound, t)
+        if t.kind == "conversion":
+            buffers += _converter_buffers(bound, t)
+            barriers.append(NamedBarrier(f"{t.converter}.sync",
+                                         CONVERTER_WARPS * THREADS_PER_WARP, None, None,
+                                         f"generated conversion for {t.src} -> {t.dst}"))
+    roles = [Role(lane.name, lane.warps, lane.registers, lane.warpgroup,
+                  tuple(f"{i}.{r}" for i, r in lane.members),
+                  "; ".join(f"{bound[i].contract.path}: roles.{r}" for i, r in lane.members))
+             for lane in lanes]
+    roles += [Role(t.converter, CONVERTER_WARPS, CONVERTER_REGISTERS, False, (t.converter,),
+                   f"generated conversion for {t.src} -> {t.dst}")
+              for t in transfers if t.kind == "conversion"]
+    objective = recipe.data.get("objective", "max_tunables_then_min_smem")
+    if isinstance(objective, dict):
+        wanted = set(objective.get("maximize", []))
+        tunables = [Tunable(t.name, t.values, 1 if t.name in wanted else 0, t.source)
+                    for t in tunables]
+        objective = "max_tunables_then_min_smem"
+    return Problem(arch, tuple(tunables), tuple(equal), tuple(buffers), (), tuple(barriers),
+                   tuple(roles), tuple(tmem), objective)
+
+
+def _pinned(values: tuple[int, ...], pin: Any) -> tuple[int, ...]:
+    if pin is None:
+        return values
+    wanted = set(pin) if isinstance(pin, list) else {pin}
+    return tuple(v for v in values if v in wanted)
+
+
+def _live(spec: dict[str, Any]) -> tuple[int, int] | None:
+    live = spec.get("live")
+    return (live[0], live[1]) if live else None
+
+
+def _stage_ties(bound: dict[str, BoundContract], t: Transfer) -> list[tuple[str, str]]:
+    """Zero-copy ports whose stages are both plain tunables must take one value."""
+    def tunable(end: Endpoint) -> str | None:
+        b = bound[end.instance]
+        stages = b.contract.ports[end.port].spec["stages"]
+        return f"{end.instance}.{stages}" if stages in b.contract.tunables else None
+    a, b = tunable(t.src), tunable(t.dst)
+    return [(a, b)] if a and b else []
+
+
+def _converter_buffers(bound: dict[str, BoundContract], t: Transfer) -> list[Buffer]:
+    b = bound[t.dst.instance]
+    port = b.contract.ports[t.dst.port]
+    elems = math.prod(b.eval(v, f"ports.{port.name}.shape") for v in port.spec["shape"])
+    stage_bytes = elems * expr.DTYPE_BYTES[b.dtype(port.dtype, port.name)]
+    source = f"generated conversion for {t.src} -> {t.dst}"
+    return [
+        Buffer(f"{t.converter}.tiles", Sized.const(CONVERTER_STAGES * stage_bytes), 1024,
+               None, source),
+        Buffer(f"{t.converter}.mbar.full", Sized.const(CONVERTER_STAGES * MBARRIER_BYTES),
+               MBARRIER_ALIGN, None, source),
+        Buffer(f"{t.converter}.mbar.empty", Sized.const(CONVERTER_STAGES * MBARRIER_BYTES),
+               MBARRIER_ALIGN, None, source),
+    ]
