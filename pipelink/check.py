@@ -397,24 +397,26 @@ def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
 
 def _workspace(bound: dict[str, BoundContract],
                transfers: list[Transfer]) -> tuple[dict[str, GlobalSlots], int]:
-    """Lays out global hand-off slots, then their counters, in connection order."""
+    """Lays out the slots of every global out port (connected or not: its producer
+    writes them either way), then their counters, in recipe order."""
+    del transfers
     ports = []
-    for t in transfers:
-        if t.kind == "global" and str(t.src) not in [str(p) for p, _, _ in ports]:
-            b = bound[t.src.instance]
-            port = b.contract.ports[t.src.port]
-            elems = math.prod(b.eval(v, f"ports.{port.name}.shape") for v in port.spec["shape"])
-            slot_bytes = _align(elems * expr.DTYPE_BYTES[b.dtype(port.dtype, port.name)],
+    for inst, b in bound.items():
+        for name, port in sorted(b.contract.ports.items()):
+            if port.kind != "global" or port.dir != "out":
+                continue
+            elems = math.prod(b.eval(v, f"ports.{name}.shape") for v in port.spec["shape"])
+            slot_bytes = _align(elems * expr.DTYPE_BYTES[b.dtype(port.dtype, name)],
                                 WORKSPACE_ALIGN)
-            slots = b.eval(port.spec["slots"], f"ports.{port.name}.slots")
-            ports.append((t.src, slot_bytes, slots))
+            slots = b.eval(port.spec["slots"], f"ports.{name}.slots")
+            ports.append((f"{inst}.{name}", slot_bytes, slots))
     out, offset = {}, 0
-    for src, slot_bytes, slots in ports:
-        out[str(src)] = GlobalSlots(offset, slot_bytes, 0, slots)
+    for key, slot_bytes, slots in ports:
+        out[key] = GlobalSlots(offset, slot_bytes, 0, slots)
         offset += slot_bytes * slots
-    for src, _, slots in ports:
-        g = out[str(src)]
-        out[str(src)] = GlobalSlots(g.slot_offset, g.slot_bytes, offset, slots)
+    for key, _, slots in ports:
+        g = out[key]
+        out[key] = GlobalSlots(g.slot_offset, g.slot_bytes, offset, slots)
         offset = _align(offset + 4 * slots, WORKSPACE_ALIGN)
     return out, offset
 
