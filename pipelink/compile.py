@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import header
-from .contract import BoundContract, load_contract, sha256_text
+from .contract import BoundContract, load_contract
 from .errors import ContractError, ToolchainError
 from .objfile import ComponentObject, pack, unpack, write_atomic
 from .toolchain import Toolchain, discover
@@ -179,4 +179,5 @@ def run_nvcc(tc: Toolchain, opts: CompileOptions, stage: Path, source: str,
 
 
 def source_hash(folder: Path) -> str:
-    return sha256_text(_digest(_component_files(folder)))
+    """The hash an object records for its component's sources."""
+    return _digest(_component_files(folder))

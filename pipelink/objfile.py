@@ -109,6 +109,9 @@ def write_atomic(path: Path | str, data: bytes | str) -> None:
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide outputs from a team
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
         os.replace(tmp, path)

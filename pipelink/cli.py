@@ -1,0 +1,187 @@
+"""The ``pipelink`` command line.
+
+    pipelink compile components/tile_loader/contract.yaml --arch sm_90a -o x.o [-p k=v]
+    pipelink inspect x.o [--json]
+    pipelink check recipes/gemm.yaml --arch sm_90a [--build build/dev/sm_90a/gemm]
+    pipelink place recipes/gemm.yaml --arch sm_90a [--json]
+    pipelink explain recipes/gemm.yaml --arch sm_90a [--svg out.svg]
+    pipelink link recipes/gemm.yaml --arch sm_90a -o build/... [--mode mono]
+    pipelink schema [--markdown]
+
+Commands that take a recipe compile what they need into ``--build`` (default
+``build/cli/<arch>/<recipe>/obj``), so ``check`` and ``place`` work on a fresh tree.
+User mistakes print one message and exit 2; they never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import PipeLinkError
+
+
+def _params(pairs: list[str]) -> dict[str, int | str]:
+    out: dict[str, int | str] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        out[key] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def cmd_compile(a: argparse.Namespace) -> int:
+    from .compile import CompileOptions, compile_component
+    obj = compile_component(a.contract, _params(a.param), CompileOptions(a.arch), a.output)
+    print(f"{a.output}: {obj.component} for {obj.arch}, {len(obj.ltoir)} bytes of LTO-IR")
+    return 0
+
+
+def cmd_inspect(a: argparse.Namespace) -> int:
+    from .objfile import read_object
+    obj = read_object(a.object)
+    h = obj.header
+    if a.json:
+        print(json.dumps(h, sort_keys=True, indent=1))
+        return 0
+    bound = obj.bound()
+    print(f"{a.object}: PipeLink object, format {h['format']}")
+    print(f"  component  {h['component']} ({bound.contract.kind})")
+    print(f"  arch       {h['arch']}")
+    print(f"  params     {json.dumps(h['params'], sort_keys=True)}")
+    print(f"  tunables   {json.dumps(bound.contract.data.get('tunables', {}), sort_keys=True)}")
+    print(f"  source     sha256 {h['source_sha256']}")
+    print(f"  contract   sha256 {h['contract_sha256']}")
+    print(f"  ltoir      {h['ltoir_bytes']} bytes, sha256 {h['ltoir_sha256']}")
+    print(f"  toolchain  {json.dumps(h['toolchain'], sort_keys=True)}")
+    print(f"  symbols    {json.dumps(h['symbols'], sort_keys=True)}")
+    for key, value in bound.resolved().items():
+        print(f"  {key:<28} {json.dumps(value, sort_keys=True)}")
+    for port in bound.contract.ports.values():
+        fields = {k: v for k, v in port.spec.items()}
+        print(f"  port {port.name:<10} {port.dir} {port.kind} {port.dtype} role={port.role} "
+              f"{json.dumps(fields, sort_keys=True)}")
+    return 0
+
+
+def _kernel(a: argparse.Namespace):  # noqa: ANN202  (returns Kernel, objects)
+    from .build import build_objects, default_index
+    from .link import check_objects
+    from .recipe import load_recipe
+    recipe = load_recipe(a.recipe)
+    build = Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj")
+    objects = build_objects(recipe, a.arch, default_index(), build)
+    kernel, _ = check_objects(recipe, a.arch, objects)
+    return recipe, kernel, objects
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    _, kernel, _ = _kernel(a)
+    for w in kernel.warnings:
+        print(w, file=sys.stderr)
+    kinds = ", ".join(f"{t.src} -> {t.dst} ({t.kind})" for t in kernel.transfers)
+    print(f"{kernel.recipe.name} ({a.arch}): ok; {len(kernel.bound)} instances, "
+          f"{len(kernel.lanes)} warp lanes; transfers: {kinds or 'none'}")
+    return 0
+
+
+def cmd_place(a: argparse.Namespace) -> int:
+    from .link import place_kernel
+    _, kernel, _ = _kernel(a)
+    placement = place_kernel(kernel, a.workers)
+    if a.json:
+        sys.stdout.write(placement.to_json())
+    else:
+        from .report import explain
+        print(explain(kernel.problem, placement))
+    return 0
+
+
+def cmd_explain(a: argparse.Namespace) -> int:
+    from .link import place_kernel
+    from .objfile import write_atomic
+    from .report import explain, svg
+    _, kernel, _ = _kernel(a)
+    placement = place_kernel(kernel, a.workers)
+    print(explain(kernel.problem, placement))
+    if a.svg:
+        write_atomic(a.svg, svg(kernel.problem, placement))
+        print(f"picture: {a.svg}")
+    return 0
+
+
+def cmd_link(a: argparse.Namespace) -> int:
+    from .build import build_objects, default_index
+    from .link import LinkOptions, link_kernel
+    from .recipe import load_recipe
+    recipe = load_recipe(a.recipe)
+    out = Path(a.output)
+    objects = build_objects(recipe, a.arch, default_index(), out / "obj")
+    result = link_kernel(recipe, objects, out, LinkOptions(a.arch, mode=a.mode,
+                                                           emit_ptx=a.ptx),
+                         index=default_index())
+    split = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in result.timings.items())
+    print(f"{result.cubin}: {result.placement.threads} threads, "
+          f"{result.placement.smem_bytes} B smem ({split})")
+    return 0
+
+
+def cmd_schema(a: argparse.Namespace) -> int:
+    from .schema import CONTRACT_SCHEMA, RECIPE_SCHEMA, markdown_reference
+    if a.markdown:
+        print(markdown_reference(CONTRACT_SCHEMA, "Contract reference"))
+        print(markdown_reference(RECIPE_SCHEMA, "Recipe reference"))
+    else:
+        print(json.dumps({"contract": CONTRACT_SCHEMA, "recipe": RECIPE_SCHEMA}, indent=1))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pipelink", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="compile one component into a PipeLink object")
+    c.add_argument("contract")
+    c.add_argument("--arch", required=True)
+    c.add_argument("-o", "--output", required=True)
+    c.add_argument("-p", "--param", action="append", default=[], help="name=value")
+    c.set_defaults(func=cmd_compile)
+    i = sub.add_parser("inspect", help="print an object's contract, arch, params and hashes")
+    i.add_argument("object")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_inspect)
+    for name, func, help_ in (("check", cmd_check, "check a recipe's wiring"),
+                              ("place", cmd_place, "solve the placement"),
+                              ("explain", cmd_explain, "print the placement map"),
+                              ("link", cmd_link, "build and link a recipe")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("recipe")
+        s.add_argument("--arch", required=True)
+        s.add_argument("--build", help="folder for component objects")
+        s.add_argument("--workers", type=int, default=1)
+        if name == "place":
+            s.add_argument("--json", action="store_true")
+        if name == "explain":
+            s.add_argument("--svg")
+        if name == "link":
+            s.add_argument("-o", "--output", required=True)
+            s.add_argument("--mode", choices=["linked", "mono"], default="linked")
+            s.add_argument("--ptx", action="store_true")
+        s.set_defaults(func=func)
+    s = sub.add_parser("schema", help="print the contract and recipe schemas")
+    s.add_argument("--markdown", action="store_true")
+    s.set_defaults(func=cmd_schema)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PipeLinkError as exc:
+        print(f"pipelink: {exc.kind}: {exc.render()}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

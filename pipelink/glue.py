@@ -1,0 +1,515 @@
+"""The glue generator: one readable, deterministic CUDA file per linked kernel.
+
+From the checked kernel and its placement it writes the per-instance placement
+constants, the kernel parameter struct, mbarrier initialisation (arrival counts from
+both sides of each port), the warp-role dispatch with one ``setmaxnreg`` per
+warpgroup branch, the work loop that calls each role's entry per tile, and the
+transfers: zero-copy (the consumer's port is the producer's ring), register
+hand-offs (an array owned by the loop), generated conversions (a converter role
+with its own ring) and global hand-offs (workspace slots and counters).
+
+The same generator writes the monolithic translation unit: every component source
+included once per param set, each in its own namespace, followed by the same glue.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import expr, header
+from .check import CONVERTER_STAGES, CONVERTER_WARPS, Kernel, Lane, Transfer
+from .contract import BoundContract
+from .errors import GlueError
+from .problem import THREADS_PER_WARP, WARPGROUP_WARPS, Placement
+
+MBARRIER_BYTES = 8
+TENSORMAP_BYTES = 128
+_ARG_LAYOUT = {  # kernel-parameter type, size, alignment per contract arg type
+    "tensormap": ("pl::TensorMap", TENSORMAP_BYTES, 64), "u64": ("uint64_t", 8, 8),
+    "ptr": (None, 8, 8), "u32": ("uint32_t", 4, 4), "i32": ("int32_t", 4, 4),
+    "f32": ("float", 4, 4),
+}
+
+
+@dataclass(frozen=True)
+class ParamField:
+    name: str                  # field of the kernel parameter struct
+    instance: str | None       # None for the workspace pointer
+    arg: str
+    type: str                  # contract arg type
+    ctype: str
+    offset: int
+    size: int
+    extra: dict                # dtype, box, swizzle for tensormaps and pointers
+
+
+def param_layout(kernel: Kernel) -> tuple[list[ParamField], int]:
+    """The kernel parameter struct: tensormaps first, then 8-, then 4-byte fields,
+    each in recipe order, then the workspace pointer. Offsets follow C layout rules
+    and the glue static_asserts them, so kernel.json and the device agree."""
+    entries = []
+    for inst, b in kernel.bound.items():
+        for ctype, arg in zip(header.arg_fields(b), b.contract.data.get("args", []), strict=True):
+            kind = arg["type"]
+            cty, size, align = _ARG_LAYOUT[kind]
+            extra = {}
+            if "dtype" in arg:
+                extra["dtype"] = b.dtype(arg["dtype"], f"args.{arg['name']}.dtype")
+            if kind == "tensormap":
+                extra["box"] = [b.eval(v, f"args.{arg['name']}.box") for v in arg["box"]]
+                extra["swizzle"] = arg.get("swizzle", 0)
+            entries.append((-align, inst, arg["name"], kind, cty or ctype[0], size, align, extra))
+    ordered = sorted(enumerate(entries), key=lambda e: (e[1][0], e[0]))
+    fields, offset = [], 0
+    for _, (_, inst, arg, kind, cty, size, align, extra) in ordered:
+        offset = -(-offset // align) * align
+        fields.append(ParamField(f"{inst}_{arg}", inst, arg, kind, cty, offset, size, extra))
+        offset += size
+    offset = -(-offset // 8) * 8
+    fields.append(ParamField("workspace", None, "workspace", "ptr", "void*", offset, 8, {}))
+    total = -(-(offset + 8) // 64) * 64
+    return fields, total
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, line: str = "") -> None:
+        self.lines.append(("  " * self.depth + line) if line else "")
+
+    def open(self, line: str) -> None:
+        self(line + " {")
+        self.depth += 1
+
+    def close(self, suffix: str = "") -> None:
+        self.depth -= 1
+        self("}" + suffix)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+@dataclass(frozen=True)
+class GlueOptions:
+    mono: bool = False
+    # Monolithic builds include each staged component source: (instance -> path).
+    sources: tuple[tuple[str, str], ...] = ()
+
+
+def entry_name(recipe: str) -> str:
+    return f"pl_{recipe}"
+
+
+def generate(kernel: Kernel, placement: Placement, opts: GlueOptions | None = None) -> str:
+    return _Glue(kernel, placement, opts or GlueOptions()).emit()
+
+
+class _Glue:
+    def __init__(self, kernel: Kernel, placement: Placement, opts: GlueOptions) -> None:
+        self.k, self.p, self.opts = kernel, placement, opts
+        self.w = _Writer()
+        self.params, self.params_bytes = param_layout(kernel)
+        self.lane_slots = {lane.name: placement.roles[lane.name] for lane in kernel.lanes}
+        self.distinct = self._distinct_bounds()
+
+    def _distinct_bounds(self) -> dict[tuple[str, str], BoundContract]:
+        out = {}
+        for b in self.k.bound.values():
+            out.setdefault((b.name, b.params_hash()), b)
+        return out
+
+    def ns(self, b: BoundContract) -> str:
+        return f"pl_mono_{b.name}_{b.params_hash()}::" if self.opts.mono else ""
+
+    def tunables(self, inst: str) -> dict[str, int]:
+        prefix = f"{inst}."
+        return {k[len(prefix):]: v for k, v in self.p.tunables.items() if k.startswith(prefix)}
+
+    # -- the file ---------------------------------------------------------------------
+
+    def emit(self) -> str:
+        w, k = self.w, self.k
+        mode = "monolithic translation unit" if self.opts.mono else "link-time glue"
+        w(f"// {mode} for recipe '{k.recipe.name}' ({k.arch}), generated by PipeLink "
+          "from the recipe, the contracts and the placement; do not edit.")
+        w(f"// Placement: {self.p.threads} threads, {self.p.smem_bytes} bytes of dynamic "
+          f"shared memory, setmaxnreg per warpgroup {list(self.p.warpgroup_regs)}.")
+        w("#include <cstddef>")
+        w("#include <cstdint>")
+        w('#include "pipelink/pipelink.cuh"')
+        w()
+        self.includes()
+        self.placement_constants()
+        self.param_struct()
+        if any(t.kind == "conversion" for t in k.transfers):
+            self.converter_function()
+        self.kernel_entry()
+        return w.text()
+
+    def includes(self) -> None:
+        w = self.w
+        if self.opts.mono:
+            sources = dict(self.opts.sources)
+            for (name, h), b in sorted(self.distinct.items()):
+                inst = next(i for i, bb in self.k.bound.items() if bb is b)
+                w(f"namespace pl_mono_{name}_{h} {{")
+                w(f'#include "{sources[inst]}"')
+                w(f"}}  // namespace pl_mono_{name}_{h}")
+        else:
+            w("#define PL_GLUE 1")
+            for (name, h) in sorted(self.distinct):
+                w(f'#include "pl_{name}_{h}.h"')
+        w()
+
+    # -- placement ----------------------------------------------------------------------
+
+    def placement_constants(self) -> None:
+        w = self.w
+        w("// Where every instance sits. extern: stable names (byte-reproducible) and, once")
+        w("// LTO inlines the entries, every field folds into an immediate.")
+        for inst, b in self.k.bound.items():
+            t = header.type_names(b)
+            sections = []
+            for member, fields in header.place_fields(b):
+                values = [self.place_value(inst, b, key) for _, _, key in fields]
+                sections.append("{" + ", ".join(values) + "}")
+                del member
+            init = "{" + ", ".join(sections) + "}"
+            w(f'extern "C" __device__ const {self.ns(b)}{t["place"]} pl_at_{inst};')
+            w(f"__device__ const {self.ns(b)}{t['place']} pl_at_{inst} = {init};")
+        for t in self.k.transfers:
+            if t.kind == "conversion":
+                src, dst = self.port_of(t.src.instance, t.src.port), self.converter_port(t)
+                w(f'extern "C" __device__ const pl::PipePort pl_cvt_from_{t.converter};')
+                w(f"__device__ const pl::PipePort pl_cvt_from_{t.converter} = {src};")
+                w(f'extern "C" __device__ const pl::PipePort pl_cvt_to_{t.converter};')
+                w(f"__device__ const pl::PipePort pl_cvt_to_{t.converter} = {dst};")
+        w()
+
+    def place_value(self, inst: str, b: BoundContract, key: str) -> str:
+        section, name = key.split(".", 1)
+        p = self.p
+        if section == "roles":
+            lane = self.lane_of(inst, name)
+            slot = self.lane_slots[lane.name]
+            return f"{{{slot.warp_base}, {slot.warps}}}"
+        if section == "smem":
+            return str(p.smem[f"{inst}.{name}"][0])
+        if section == "mbarriers":
+            return str(p.smem[f"{inst}.mbar.{name}"][0])
+        if section == "named_barriers":
+            return str(p.barriers[f"{inst}.{name}"])
+        if section == "tmem":
+            return str(p.tmem[f"{inst}.{name}"][0])
+        if section == "tunables":
+            return str(p.tunables[f"{inst}.{name}"])
+        port = b.contract.ports[name]
+        if port.dir == "out":
+            return self.port_of(inst, name) if port.kind == "smem_pipeline" \
+                else self.global_port(f"{inst}.{name}")
+        feed = self.k.peer(inst, name)
+        if feed is None:
+            raise GlueError(f"input port '{inst}.{name}' has no producer")
+        if feed.kind == "conversion":
+            return self.converter_port(feed)
+        if feed.kind == "global":
+            return self.global_port(str(feed.src))
+        return self.port_of(feed.src.instance, feed.src.port)
+
+    def port_of(self, inst: str, port_name: str) -> str:
+        """The PipePort of a producer's out port, as a C aggregate."""
+        b = self.k.bound[inst]
+        spec = b.contract.ports[port_name].spec
+        stages = b.eval(spec["stages"], f"ports.{port_name}.stages", self.tunables(inst))
+        offset, size = self.p.smem[f"{inst}.{spec['buffer']}"]
+        full = self.p.smem[f"{inst}.mbar.{spec['full']}"][0]
+        empty = self.p.smem[f"{inst}.mbar.{spec['empty']}"][0]
+        return f"{{{offset}, {size // stages}, {full}, {empty}, {stages}}}"
+
+    def converter_port(self, t: Transfer) -> str:
+        offset, size = self.p.smem[f"{t.converter}.tiles"]
+        full = self.p.smem[f"{t.converter}.mbar.full"][0]
+        empty = self.p.smem[f"{t.converter}.mbar.empty"][0]
+        return (f"{{{offset}, {size // CONVERTER_STAGES}, {full}, {empty}, "
+                f"{CONVERTER_STAGES}}}")
+
+    def global_port(self, producer: str) -> str:
+        g = self.k.workspace[producer]
+        return f"{{{g.slot_offset}ull, {g.slot_bytes}ull, {g.counter_offset}ull, {g.slots}}}"
+
+    def lane_of(self, inst: str, role: str) -> Lane:
+        return next(lane for lane in self.k.lanes if (inst, role) in lane.members)
+
+    # -- parameters -------------------------------------------------------------------
+
+    def param_struct(self) -> None:
+        w = self.w
+        name = f"pl_params_{self.k.recipe.name}"
+        w("// The kernel's one parameter, passed as __grid_constant__ (tensor maps by value).")
+        w.open(f"struct {name}")
+        for f in self.params:
+            w(f"{f.ctype} {f.name};")
+        w.close(";")
+        for f in self.params:
+            w(f"static_assert(offsetof({name}, {f.name}) == {f.offset}, "
+              f"\"kernel.json records {f.name} at byte {f.offset}\");")
+        w(f"static_assert(sizeof({name}) <= {self.params_bytes}, \"parameter block size\");")
+        w()
+
+    def args_init(self, inst: str, b: BoundContract) -> str:
+        values = []
+        for arg in b.contract.data.get("args", []):
+            field = f"p.{inst}_{arg['name']}"
+            values.append(f"&{field}" if arg["type"] == "tensormap" else field)
+        return "{" + ", ".join(values) + "}"
+
+    # -- the converter ------------------------------------------------------------------
+
+    def converter_function(self) -> None:
+        w = self.w
+        w("// A generated conversion: waits on the producer's stage, converts it element by")
+        w("// element into its own ring (dtype and/or row/column-major), releases the")
+        w("// producer's stage and fills its own.")
+        w("template <class From, class To, bool kTranspose, int kRows, int kCols>")
+        w.open("__device__ __forceinline__ void pl_convert_stage("
+               "const pl::PipePort& from, pl::PipeState& sf, const pl::PipePort& to, "
+               "pl::PipeState& st, uint32_t thread, uint32_t threads, uint32_t sync_id)")
+        w("pl::consumer_wait(from, sf);")
+        w("pl::producer_acquire(to, st);")
+        w("const From* src = pl::smem_ptr<const From>(pl::stage_offset(from, sf));")
+        w("To* dst = pl::smem_ptr<To>(pl::stage_offset(to, st));")
+        w.open("for (uint32_t e = thread; e < uint32_t(kRows * kCols); e += threads)")
+        w("const uint32_t row = e / kCols, col = e % kCols;")
+        w("const uint32_t out = kTranspose ? col * kRows + row : e;")
+        w("dst[out] = To(float(src[e]));")
+        w.close()
+        w("pl::fence_proxy_async_smem();  // the consumer may read it with TMA or wgmma")
+        w("pl::named_sync(sync_id, threads);")
+        w.open("if (thread == 0)")
+        w("pl::consumer_release(from, sf);")
+        w("pl::producer_commit(to, st);")
+        w.close()
+        w("sf.advance(from);")
+        w("st.advance(to);")
+        w.close()
+        w()
+
+    # -- the kernel -------------------------------------------------------------------
+
+    def kernel_entry(self) -> None:
+        w, k, p = self.w, self.k, self.p
+        w(f'extern "C" __global__ void __launch_bounds__({p.threads}, 1)')
+        w.open(f"{entry_name(k.recipe.name)}(const __grid_constant__ "
+               f"pl_params_{k.recipe.name} p)")
+        w("const pl::KernelInfo k = {p.workspace};")
+        for inst, b in k.bound.items():
+            w(f"const {self.ns(b)}{header.type_names(b)['args']} args_{inst} = "
+              f"{self.args_init(inst, b)};")
+        self.barrier_init()
+        w("const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);")
+        w(f"const uint32_t warpgroup = warp / {WARPGROUP_WARPS};")
+        for first, last, regs in self.warpgroup_runs():
+            cond = (f"warpgroup == {first}" if first == last
+                    else f"warpgroup >= {first} && warpgroup <= {last}")
+            w.open(f"if ({cond})")
+            self.setmaxnreg(regs)
+            for lane_name, slot in self.lanes_in(first, last):
+                w.open(f"if (warp >= {slot.warp_base} && warp < {slot.warp_base + slot.warps})")
+                self.lane_body(lane_name)
+                w.close()
+            w.close()
+        w.close()
+
+    def barrier_init(self) -> None:
+        w = self.w
+        inits = self.mbarrier_counts()
+        named = sorted(set(self.p.barriers.values()))
+        w(f"// mbarriers: {len(inits)} arrays; named barriers in use: {named}.")
+        w.open("if (threadIdx.x == 0)")
+        for offset, count, arrivals, what in inits:
+            w(f"for (uint32_t i = 0; i < {count}; ++i) "
+              f"pl::mbar::init({offset} + i * {MBARRIER_BYTES}, {arrivals});  // {what}")
+        w("pl::mbar::fence_init();")
+        w.close()
+        w("__syncthreads();")
+
+    def mbarrier_counts(self) -> list[tuple[int, int, int, str]]:
+        """(offset, count, arrivals, what) of every mbarrier array."""
+        out = []
+        port_bars: dict[str, tuple[str, int]] = {}
+        for inst, b in self.k.bound.items():
+            for port in b.contract.ports.values():
+                if port.kind != "smem_pipeline" or port.dir != "out":
+                    continue
+                arrivals = b.eval(port.spec["arrivals"], f"ports.{port.name}.arrivals",
+                                  self.tunables(inst))
+                port_bars[f"{inst}.{port.spec['full']}"] = (f"{inst}.{port.name} full", arrivals)
+                port_bars[f"{inst}.{port.spec['empty']}"] = (
+                    f"{inst}.{port.name} empty", self.consumer_arrivals(inst, port.name))
+        for inst, b in self.k.bound.items():
+            for name, spec in sorted(b.contract.section("mbarriers").items()):
+                offset, size = self.p.smem[f"{inst}.mbar.{name}"]
+                what, arrivals = port_bars.get(f"{inst}.{name}", (f"{inst}.{name}", None))
+                if arrivals is None:
+                    arrivals = b.eval(spec.get("arrivals", 1) if isinstance(spec, dict) else 1,
+                                      f"mbarriers.{name}.arrivals", self.tunables(inst))
+                out.append((offset, size // MBARRIER_BYTES, arrivals, what))
+        for t in self.k.transfers:
+            if t.kind == "conversion":
+                full = self.p.smem[f"{t.converter}.mbar.full"][0]
+                empty = self.p.smem[f"{t.converter}.mbar.empty"][0]
+                out.append((full, CONVERTER_STAGES, 1, f"{t.converter} full"))
+                out.append((empty, CONVERTER_STAGES, self.arrivals_of(t.dst),
+                            f"{t.converter} empty"))
+        return out
+
+    def consumer_arrivals(self, inst: str, port: str) -> int:
+        feeds = [t for t in self.k.transfers if (t.src.instance, t.src.port) == (inst, port)]
+        if not feeds:
+            raise GlueError(f"output ring '{inst}.{port}' has no consumer: its producer "
+                            "would wait forever for an empty stage",
+                            hint="connect it, or remove the instance")
+        # A converter releases the producer's stage with one arrival.
+        return sum(1 if t.kind == "conversion" else self.arrivals_of(t.dst) for t in feeds)
+
+    def arrivals_of(self, end: object) -> int:
+        b = self.k.bound[end.instance]
+        spec = b.contract.ports[end.port].spec
+        return b.eval(spec["arrivals"], f"ports.{end.port}.arrivals",
+                      self.tunables(end.instance))
+
+    def warpgroup_runs(self) -> list[tuple[int, int, int]]:
+        """Consecutive warpgroups with one setmaxnreg value share a branch."""
+        runs: list[tuple[int, int, int]] = []
+        for wg, regs in enumerate(self.p.warpgroup_regs):
+            if runs and runs[-1][2] == regs and self.same_lanes(runs[-1][1], wg):
+                runs[-1] = (runs[-1][0], wg, regs)
+            else:
+                runs.append((wg, wg, regs))
+        return runs
+
+    def same_lanes(self, wg_a: int, wg_b: int) -> bool:
+        """Two warpgroups may share a branch when one lane spans both."""
+        return any(s.warp_base <= wg_a * WARPGROUP_WARPS
+                   and s.warp_base + s.warps >= (wg_b + 1) * WARPGROUP_WARPS
+                   for s in self.p.roles.values())
+
+    def lanes_in(self, first: int, last: int) -> list[tuple[str, object]]:
+        lo, hi = first * WARPGROUP_WARPS, (last + 1) * WARPGROUP_WARPS
+        return sorted(((name, s) for name, s in self.p.roles.items()
+                       if lo <= s.warp_base < hi), key=lambda e: e[1].warp_base)
+
+    def setmaxnreg(self, regs: int) -> None:
+        if not self.uses_setmaxnreg():
+            return
+        if regs < self.p.launch_regs:
+            self.w(f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {regs};");')
+        elif regs > self.p.launch_regs:
+            self.w(f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {regs};");')
+
+    def uses_setmaxnreg(self) -> bool:
+        return any("setmaxnreg" in b.contract.roles[r].uses
+                   for lane in self.k.lanes for i, r in lane.members
+                   for b in [self.k.bound[i]])
+
+    def lane_body(self, lane_name: str) -> None:
+        converter = next((t for t in self.k.transfers if t.converter == lane_name), None)
+        if converter is not None:
+            return self.converter_body(converter)
+        lane = next(lane for lane in self.k.lanes if lane.name == lane_name)
+        w = self.w
+        for inst, role in lane.members:
+            b = self.k.bound[inst]
+            w(f"{self.ns(b)}{header.type_names(b)[f'state.{role}']} st_{inst}_{role}{{}};")
+        self.hooks(lane, "init")
+        w.open("for (uint32_t iteration = 0;; ++iteration)")
+        w(f"const pl::WorkTile tile = {self.next_tile()};")
+        w("if (!tile.is_valid()) break;")
+        arrays = self.register_arrays(lane)
+        for decl in sorted(set(arrays.values())):
+            w(decl[1])
+        for inst, role in lane.members:
+            b = self.k.bound[inst]
+            regs = "".join(f", {arrays[(inst, port)][0]}"
+                           for _, port, _ in header.register_ports(b, role))
+            w(f"{self.ns(b)}{b.symbol(b.contract.roles[role].entry)}(pl_at_{inst}, "
+              f"args_{inst}, k, tile, st_{inst}_{role}{regs});")
+        w.close()
+        self.hooks(lane, "tail")
+        return None
+
+    def hooks(self, lane: Lane, hook: str) -> None:
+        for inst, role in lane.members:
+            b = self.k.bound[inst]
+            spec = b.contract.roles[role]
+            if getattr(spec, hook):
+                self.w(f"{self.ns(b)}{b.symbol(spec.entry + '_' + hook)}(pl_at_{inst}, "
+                       f"args_{inst}, k, st_{inst}_{role});")
+
+    def next_tile(self) -> str:
+        s = self.k.scheduler
+        if s is None:
+            return ("pl::WorkTile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
+                    "int32_t(blockIdx.z), int32_t(iteration == 0)}")
+        b = self.k.bound[s]
+        return f"{self.ns(b)}{b.symbol(f'pl_{b.name}_tile')}(pl_at_{s}, args_{s}, iteration)"
+
+    def register_arrays(self, lane: Lane) -> dict[tuple[str, str], tuple[str, str]]:
+        """(instance, port) -> (array name, declaration) for the lane's hand-offs."""
+        out = {}
+        for t in self.k.transfers:
+            if t.kind != "registers" or (t.src.instance, self.k.bound[t.src.instance]
+                                         .contract.ports[t.src.port].role) not in lane.members:
+                continue
+            b = self.k.bound[t.src.instance]
+            port = b.contract.ports[t.src.port]
+            ctype = header.CXX_DTYPE[b.dtype(port.dtype, port.name)]
+            count = b.eval(port.spec["count"], f"ports.{port.name}.count")
+            name = f"regs_{t.src.instance}_{t.src.port}"
+            decl = (name, f"{ctype} {name}[{count}];  // {t.src} -> {t.dst}, stays in registers")
+            out[(t.src.instance, t.src.port)] = decl
+            out[(t.dst.instance, t.dst.port)] = decl
+        return out
+
+    def converter_body(self, t: Transfer) -> None:
+        w = self.w
+        sb, db = self.k.bound[t.src.instance], self.k.bound[t.dst.instance]
+        sport, dport = sb.contract.ports[t.src.port], db.contract.ports[t.dst.port]
+        from_t = header.CXX_DTYPE[sb.dtype(sport.dtype, sport.name)]
+        to_t = header.CXX_DTYPE[db.dtype(dport.dtype, dport.name)]
+        rows, cols = (db.eval(v, f"ports.{dport.name}.shape") for v in dport.spec["shape"][:2])
+        transpose = "true" if sport.spec["layout"] != dport.spec["layout"] else "false"
+        slot = self.p.roles[t.converter]
+        per_tile = str(sport.spec.get("per_tile", 1))
+        count = (f"args_{t.src.instance}.{per_tile[5:]}" if per_tile.startswith("args.")
+                 else str(sb.eval(per_tile, f"ports.{sport.name}.per_tile",
+                                  self.tunables(t.src.instance))))
+        threads = CONVERTER_WARPS * THREADS_PER_WARP
+        w("pl::PipeState from_state{}, to_state{};")
+        w(f"const uint32_t thread = threadIdx.x - {slot.warp_base * THREADS_PER_WARP};")
+        w.open("for (uint32_t iteration = 0;; ++iteration)")
+        w(f"const pl::WorkTile tile = {self.next_tile()};")
+        w("if (!tile.is_valid()) break;")
+        w.open(f"for (uint32_t i = 0; i < {count}; ++i)")
+        w(f"pl_convert_stage<{from_t}, {to_t}, {transpose}, {rows}, {cols}>("
+          f"pl_cvt_from_{t.converter}, from_state, pl_cvt_to_{t.converter}, to_state, thread, "
+          f"{threads}, {self.p.barriers[f'{t.converter}.sync']});")
+        w.close()
+        w.close()
+
+
+def stage_bytes(b: BoundContract, port: str) -> int:
+    spec = b.contract.ports[port].spec
+    elems = math.prod(b.eval(v, f"ports.{port}.shape") for v in spec["shape"])
+    return elems * expr.DTYPE_BYTES[b.dtype(b.contract.ports[port].dtype, port)]
+
+
+def mono_sources(stages: dict[str, Path], bound: dict[str, BoundContract],
+                 arch: str) -> tuple[tuple[str, str], ...]:
+    """(instance, staged source path) for a monolithic build."""
+    return tuple((inst, str(stages[inst] / "component" / b.contract.source_for(arch)))
+                 for inst, b in bound.items())

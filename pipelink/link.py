@@ -1,0 +1,253 @@
+"""The link step: objects + recipe -> check -> place -> glue -> nvJitLink -> cubin.
+
+:func:`link_kernel` is what the CLI and the SCons tool call. It writes, atomically,
+``<recipe>.cubin``, ``kernel.json`` (the launch ABI), ``placement.json``, the glue
+source and a placement picture, and verifies the linker's promise on the linked PTX:
+no call to a component entry survives and no placement constant is loaded at run
+time (LTO folded them into immediates).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import glue, header
+from .check import Kernel, check
+from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
+from .contract import BoundContract, canonical_json, sha256_text
+from .errors import LinkError, ToolchainError
+from .objfile import ComponentObject, read_object, write_atomic
+from .problem import Placement
+from .recipe import ComponentIndex, Recipe
+from .toolchain import Toolchain, discover
+
+KERNEL_JSON_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    arch: str
+    mode: str = "linked"              # linked | mono
+    optimize: str = "-O3"             # nvJitLink -O / nvcc -O
+    emit_ptx: bool = False            # also write <recipe>.ptx
+    verify: bool = True               # check the linked PTX for folded placement
+    workers: int = 1                  # CP-SAT workers (the result does not depend on it)
+
+
+@dataclass
+class LinkResult:
+    cubin: Path
+    kernel_json: Path
+    placement: Placement
+    kernel: Kernel
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def nvjitlink_options(opts: LinkOptions) -> list[str]:
+    return [f"-arch={opts.arch}", "-lto", opts.optimize]
+
+
+def run_nvjitlink(inputs: list[tuple[str, bytes]], options: list[str],
+                  want_ptx: bool = False) -> bytes:
+    """Links LTO-IR inputs; returns the cubin (or PTX). Failures carry the full log."""
+    from cuda.bindings import nvjitlink
+
+    opts = options + (["-ptx"] if want_ptx else [])
+    handle = nvjitlink.create(len(opts), opts)
+    try:
+        try:
+            for name, data in inputs:
+                nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            raise LinkError(f"nvJitLink failed: {exc}", log=_error_log(handle)) from None
+        if want_ptx:
+            out = bytearray(nvjitlink.get_linked_ptx_size(handle))
+            nvjitlink.get_linked_ptx(handle, out)
+            return bytes(out).rstrip(b"\0")
+        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, out)
+        return bytes(out)
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _error_log(handle: int) -> str:
+    from cuda.bindings import nvjitlink
+    size = nvjitlink.get_error_log_size(handle)
+    buf = bytearray(size)
+    if size:
+        nvjitlink.get_error_log(handle, buf)
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
+
+
+def verify_folded(ptx: str, kernel: Kernel) -> None:
+    """The linked PTX must call no component entry and load no placement constant."""
+    symbols = {b.symbol(e) for b in kernel.bound.values() for e in b.entries().values()}
+    calls = [line.strip() for line in ptx.splitlines()
+             if re.search(r"\bcall(\.uni)?\b", line) and any(s in line for s in symbols)]
+    loads = [line.strip() for line in ptx.splitlines()
+             if re.search(r"\bld\.", line) and re.search(r"\bpl_(at|cvt)_", line)]
+    if calls or loads:
+        raise LinkError("LTO did not fold the placement: "
+                        f"{len(calls)} entry call(s), {len(loads)} placement load(s) remain",
+                        hint="component entries must be plain extern \"C\" __device__ "
+                             "functions (not inline/__forceinline__/__noinline__)",
+                        log="\n".join(calls[:5] + loads[:5]))
+
+
+def bound_from_objects(objects: dict[str, ComponentObject]) -> dict[str, BoundContract]:
+    return {inst: obj.bound() for inst, obj in objects.items()}
+
+
+def check_objects(recipe: Recipe, arch: str, objects: dict[str, Path]) -> tuple[
+        Kernel, dict[str, ComponentObject]]:
+    loaded = {inst: read_object(path) for inst, path in objects.items()}
+    for inst, obj in loaded.items():
+        if obj.arch != arch:
+            raise LinkError(f"object for instance '{inst}' was built for {obj.arch}, not {arch}",
+                            where=obj.path, hint="rebuild it for the arch being linked")
+    return check(recipe, arch, bound_from_objects(loaded)), loaded
+
+
+def place_kernel(kernel: Kernel, workers: int = 1) -> Placement:
+    from .place import place
+    return place(kernel.problem, workers=workers)
+
+
+def compile_glue(source: str, bound: dict[str, BoundContract], opts: LinkOptions,
+                 tc: Toolchain, stage_root: Path, extra_includes: list[str] = ()) -> bytes:
+    """Compiles the glue to LTO-IR from a content-addressed stage (so its bytes too
+    depend on content alone)."""
+    files = {"glue.cu": source.encode()}
+    for b in bound.values():
+        files[f"include/pl_{b.name}_{b.params_hash()}.h"] = header.generate(b).encode()
+    for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
+        files[f"include/{path.relative_to(INCLUDE_DIR)}"] = path.read_bytes()
+    stage = _materialise(stage_root, files)
+    copts = CompileOptions(opts.arch, opt_level=opts.optimize, stage_root=str(stage_root))
+    with tempfile.TemporaryDirectory(dir=stage_root, prefix=".glue-") as out_dir:
+        out = Path(out_dir) / "glue.ltoir"
+        cmd = nvcc_command(tc.nvcc, copts, "glue.cu", str(out),
+                           [str(stage / "include"), *extra_includes])
+        proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError("nvcc failed compiling the generated glue",
+                                 where=str(stage / "glue.cu"), log=proc.stdout + proc.stderr)
+        return out.read_bytes()
+
+
+def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
+                 opts: LinkOptions, tc: Toolchain, stage_root: Path) -> tuple[bytes, str]:
+    """The yardstick: the same sources and placement as one translation unit -> cubin."""
+    stages, includes = {}, []
+    for inst, b in kernel.bound.items():
+        folder = index.path(b.name).parent
+        stages[inst], inc, _ = stage_sources(b, folder, opts.arch, stage_root)
+        includes += [i for i in inc if i not in includes]
+    source = glue.generate(kernel, placement, glue.GlueOptions(
+        mono=True, sources=glue.mono_sources(stages, kernel.bound, opts.arch)))
+    stage = _materialise(stage_root, {"mono.cu": source.encode()})
+    num = opts.arch.removeprefix("sm_")
+    with tempfile.TemporaryDirectory(dir=stage_root, prefix=".mono-") as out_dir:
+        out = Path(out_dir) / "mono.cubin"
+        cmd = [tc.nvcc, "-std=c++17", opts.optimize, "-cubin",
+               f"-gencode=arch=compute_{num},code=sm_{num}", "--expt-relaxed-constexpr",
+               "-Xcudafe", "--diag_suppress=177", *[f"-I{i}" for i in includes],
+               "-o", str(out), "mono.cu"]
+        proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError("nvcc failed compiling the monolithic translation unit",
+                                 where=str(stage / "mono.cu"), log=proc.stdout + proc.stderr)
+        return out.read_bytes(), source
+
+
+def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, ComponentObject],
+                tc: Toolchain, mode: str, cubin: bytes) -> dict[str, Any]:
+    fields, size = glue.param_layout(kernel)
+    return {
+        "format": KERNEL_JSON_FORMAT,
+        "recipe": kernel.recipe.name,
+        "arch": kernel.arch,
+        "mode": mode,
+        "entry": glue.entry_name(kernel.recipe.name),
+        "block": [placement.threads, 1, 1],
+        "dynamic_smem": placement.smem_bytes,
+        "cluster": kernel.recipe.launch.get("cluster", [1, 1, 1]),
+        "params": {"bytes": size, "fields": [
+            {"name": f.name, "instance": f.instance, "arg": f.arg, "type": f.type,
+             "offset": f.offset, "size": f.size, **f.extra} for f in fields]},
+        "components": {inst: {"component": b.name, "params": b.params,
+                              "args": b.contract.data.get("args", [])}
+                       for inst, b in kernel.bound.items()},
+        "workspace": {"bytes": kernel.workspace_bytes,
+                      "counters": sorted([g.counter_offset, 4 * g.slots]
+                                         for g in kernel.workspace.values())},
+        "launch": kernel.recipe.launch,
+        "toolchain": tc.versions(),
+        "inputs": {inst: obj.header["ltoir_sha256"] for inst, obj in sorted(objects.items())},
+        "cubin_sha256": sha256_text(cubin),
+    }
+
+
+def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
+                opts: LinkOptions, *, index: ComponentIndex | None = None,
+                toolchain: Toolchain | None = None, stage_root: Path | None = None
+                ) -> LinkResult:
+    """Links one recipe for one arch into ``out_dir``."""
+    from . import report
+    out_dir = Path(out_dir)
+    stage_root = Path(stage_root or CompileOptions(opts.arch).stage_root)
+    tc = toolchain or discover()
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    kernel, loaded = check_objects(recipe, opts.arch, objects)
+    timings["check"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    placement = place_kernel(kernel, opts.workers)
+    timings["place"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if opts.mode == "mono":
+        if index is None:
+            raise LinkError("a monolithic build needs the component sources",
+                            hint="pass the component index (components/ folder)")
+        cubin, source = compile_mono(kernel, placement, index, opts, tc, stage_root)
+        timings["glue"] = time.perf_counter() - t0
+        ptx = None
+    else:
+        source = glue.generate(kernel, placement)
+        glue_ir = compile_glue(source, kernel.bound, opts, tc, stage_root)
+        timings["glue"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        inputs = [(f"{inst}.ltoir", obj.ltoir) for inst, obj in loaded.items()]
+        inputs.append(("glue.ltoir", glue_ir))
+        cubin = run_nvjitlink(inputs, nvjitlink_options(opts))
+        ptx = None
+        if opts.verify or opts.emit_ptx:
+            ptx = run_nvjitlink(inputs, nvjitlink_options(opts), want_ptx=True).decode()
+            if opts.verify:
+                verify_folded(ptx, kernel)
+        timings["nvjitlink"] = time.perf_counter() - t0
+    name = recipe.name
+    write_atomic(out_dir / f"{name}.cubin", cubin)
+    write_atomic(out_dir / ("mono.cu" if opts.mode == "mono" else "glue.cu"), source)
+    if ptx is not None and opts.emit_ptx:
+        write_atomic(out_dir / f"{name}.ptx", ptx)
+    write_atomic(out_dir / "placement.json", placement.to_json())
+    write_atomic(out_dir / "placement.svg", report.svg(kernel.problem, placement))
+    meta = kernel_json(kernel, placement, loaded, tc, opts.mode, cubin)
+    write_atomic(out_dir / "kernel.json", json.dumps(meta, sort_keys=True, indent=1) + "\n")
+    return LinkResult(out_dir / f"{name}.cubin", out_dir / "kernel.json", placement, kernel,
+                      timings)
+
+
+def objects_digest(objects: dict[str, Path]) -> str:
+    return sha256_text(canonical_json({k: sha256_text(Path(v).read_bytes())
+                                       for k, v in sorted(objects.items())}))
