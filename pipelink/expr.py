@@ -2,9 +2,11 @@
 
 Contracts write sizes such as ``stages*tile_m*tile_k*2``. They are parsed with
 :mod:`ast` and only a small whitelist of nodes is walked: integer literals, names,
-``+ - * // % **``, comparisons-free ternaries are not allowed, and calls to
-``min``, ``max``, ``ceil_div``, ``align_up`` and ``sizeof``. Nothing is ever passed
-to ``eval``.
+unary ``+ -``, ``+ - * // % **`` and calls to ``min``, ``max``, ``ceil_div``,
+``align_up`` and ``sizeof``; comparisons, ternaries, attributes, subscripts and
+lambdas are refused. Nothing is ever passed to ``eval``. Values stay within 64 bits
+(:data:`MAX_MAGNITUDE`) and expressions are short (:data:`MAX_EXPR_CHARS`), so no
+contract can make the linker compute for long.
 """
 
 from __future__ import annotations
@@ -41,20 +43,63 @@ _FUNCS: dict[str, Callable[..., int]] = {
 
 Value = int | str
 
+# Longest expression text accepted: contract sizes are a few names and operators.
+MAX_EXPR_CHARS = 500
+# Largest magnitude of any literal, name or intermediate result: sizes fit 64 bits.
+MAX_MAGNITUDE = 2**64
+_ALLOWED_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp,
+                  ast.Call, ast.USub, ast.UAdd, *_BINOPS)
+_SYNTAX_HINT = "use integers, names, + - * // % ** and min/max/ceil_div/align_up/sizeof"
 
-def names(text: str | int) -> set[str]:
-    """The free names an expression reads (dtype names inside sizeof() excluded)."""
-    if isinstance(text, int):
+
+def names(text: str | int, *, where: str = "") -> set[str]:
+    """The free names an expression reads (dtype names inside sizeof() excluded).
+
+    Also refuses, naming ``where``, any syntax :func:`evaluate` would refuse whatever
+    the names are bound to, so a contract fails when it is loaded, not when it is used.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
         return set()
-    tree = _parse(text, where="")
+    tree = _parse(text, where)
     found: set[str] = set()
+    skip: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == "sizeof":
-            continue
-        if isinstance(node, ast.Name) and node.id not in _FUNCS and node.id != "sizeof":
+        _check_node(node, text, where)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            skip.add(id(node.func))
+            if node.func.id == "sizeof":
+                skip.update(id(a) for a in node.args)
+        if isinstance(node, ast.Name) and id(node) not in skip:
             found.add(node.id)
     return found
+
+
+def sizeof_names(text: str | int) -> set[str]:
+    """The names inside sizeof(): each must be a dtype or a param naming one."""
+    if isinstance(text, int):
+        return set()
+    return {node.args[0].id for node in ast.walk(_parse(text, ""))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "sizeof" and len(node.args) == 1
+            and isinstance(node.args[0], ast.Name)}
+
+
+def _check_node(node: ast.AST, text: object, where: str) -> None:
+    def fail(message: str, hint: str = _SYNTAX_HINT) -> ContractError:
+        return ContractError(f"{message} in expression {text!r}", where=where, hint=hint)
+    if not isinstance(node, _ALLOWED_NODES):
+        raise fail(f"'{type(node).__name__}' is not allowed")
+    if isinstance(node, ast.Constant) and type(node.value) is not int:
+        raise fail(f"literal {node.value!r} is not an integer")
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.keywords:
+            raise fail("only plain calls of min/max/ceil_div/align_up/sizeof are allowed")
+        if node.func.id not in _FUNCS and node.func.id != "sizeof":
+            raise fail(f"unknown function '{node.func.id}'",
+                       "available: " + ", ".join(sorted([*_FUNCS, "sizeof"])))
+        if node.func.id == "sizeof" and (len(node.args) != 1
+                                         or not isinstance(node.args[0], ast.Name)):
+            raise fail("sizeof takes one dtype name")
 
 
 def evaluate(text: str | int, env: Mapping[str, Value], *, where: str = "") -> int:
@@ -63,17 +108,32 @@ def evaluate(text: str | int, env: Mapping[str, Value], *, where: str = "") -> i
     if isinstance(text, bool):
         raise ContractError(f"expected an integer expression, got {text!r}", where=where)
     if isinstance(text, int):
+        if abs(text) >= MAX_MAGNITUDE:
+            raise ContractError(f"{text} is out of the 64-bit range", where=where)
         return text
-    return _Evaluator(env, text, where).visit(_parse(text, where).body)
-
-
-def _parse(text: str, where: str) -> ast.Expression:
     try:
-        return ast.parse(str(text), mode="eval")
+        return _Evaluator(env, text, where).visit(_parse(text, where).body)
+    except RecursionError:
+        raise ContractError(f"expression {text!r} is nested too deeply", where=where,
+                            hint=_SYNTAX_HINT) from None
+
+
+def _parse(text: object, where: str) -> ast.Expression:
+    if not isinstance(text, str):
+        raise ContractError(f"expected an integer expression, got {text!r}", where=where,
+                            hint=_SYNTAX_HINT)
+    if len(text) > MAX_EXPR_CHARS:
+        raise ContractError(f"expression of {len(text)} characters is longer than "
+                            f"{MAX_EXPR_CHARS}", where=where,
+                            hint="name the parts as params, or compute the value")
+    try:
+        return ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ContractError(f"cannot parse expression {text!r}: {exc.msg}", where=where,
-                            hint="use integers, names, + - * // % ** and "
-                                 "min/max/ceil_div/align_up/sizeof") from None
+                            hint=_SYNTAX_HINT) from None
+    except (RecursionError, MemoryError, ValueError):  # nesting, or a 4300-digit literal
+        raise ContractError(f"cannot parse expression {text!r}: too deep or too large",
+                            where=where, hint=_SYNTAX_HINT) from None
 
 
 class _Evaluator(ast.NodeVisitor):
@@ -85,13 +145,18 @@ class _Evaluator(ast.NodeVisitor):
                              hint=hint)
 
     def generic_visit(self, node: ast.AST) -> int:
-        raise self.fail(f"'{type(node).__name__}' is not allowed",
-                        "use integers, names, + - * // % ** and min/max/ceil_div/align_up/sizeof")
+        raise self.fail(f"'{type(node).__name__}' is not allowed", _SYNTAX_HINT)
+
+    def bounded(self, value: int) -> int:
+        if abs(value) >= MAX_MAGNITUDE:
+            raise self.fail("value out of the 64-bit range",
+                            "contract sizes are bytes, counts and ids: check the formula")
+        return value
 
     def visit_Constant(self, node: ast.Constant) -> int:
         if type(node.value) is not int:
             raise self.fail(f"literal {node.value!r} is not an integer")
-        return node.value
+        return self.bounded(node.value)
 
     def visit_Name(self, node: ast.Name) -> int:
         if node.id not in self.env:
@@ -102,7 +167,7 @@ class _Evaluator(ast.NodeVisitor):
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(f"'{node.id}' is {value!r}, not an integer",
                             f"use sizeof({node.id}) for the bytes of a dtype")
-        return value
+        return self.bounded(value)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> int:
         if isinstance(node.op, ast.USub):
@@ -121,7 +186,11 @@ class _Evaluator(ast.NodeVisitor):
             raise self.fail("division by zero")
         if isinstance(node.op, ast.Pow) and (right < 0 or right > 64):
             raise self.fail(f"exponent {right} out of range 0..64")
-        return op(left, right)
+        if isinstance(node.op, ast.Pow) and abs(left) > 1 \
+                and (abs(left).bit_length() - 1) * right > MAX_MAGNITUDE.bit_length():
+            raise self.fail("value out of the 64-bit range",
+                            "contract sizes are bytes, counts and ids: check the formula")
+        return self.bounded(op(left, right))
 
     def visit_Call(self, node: ast.Call) -> int:
         if not isinstance(node.func, ast.Name) or node.keywords:
@@ -138,7 +207,7 @@ class _Evaluator(ast.NodeVisitor):
             raise self.fail(f"{name} takes two arguments, the second non-zero")
         if not args:
             raise self.fail(f"{name}() needs arguments")
-        return func(*args)
+        return self.bounded(func(*args))
 
     def _sizeof(self, node: ast.Call) -> int:
         if len(node.args) != 1 or not isinstance(node.args[0], ast.Name):
