@@ -12,13 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from .contract import Contract, load_contract, read_yaml, schema_error
 from .errors import ContractError, RecipeError
-from .schema import RECIPE_SCHEMA
+from .schema import RECIPE_SCHEMA, Validator
 
-_VALIDATOR = jsonschema.Draft202012Validator(RECIPE_SCHEMA)
+_VALIDATOR = Validator(RECIPE_SCHEMA)
 _CONNECTION = re.compile(r"^\s*(\w+)\.(\w+)\s*->\s*(\w+)\.(\w+)\s*$")
 
 

@@ -6,11 +6,17 @@ Validation (jsonschema) and the generated contract reference (docs/contract-refe
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import jsonschema
 
 IDENT = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"}
 ARCHS = ["sm_90a", "sm_100a", "sm_120a"]
 DTYPES = ["f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "i32", "u32", "i8", "u8"]
+C_IDENT = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
+PARAM_STRING = {"type": "string", "pattern": "^[A-Za-z0-9_.+-]+$",
+                "description": "a dtype, or a word the source reads as a C string"}
 EXPR = {"description": "integer, or an integer expression over params and tunables",
         "oneOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}
 DTYPE_REF = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$",
@@ -75,7 +81,8 @@ ARG = _obj({
 }, ["name", "type"])
 
 CONTRACT_SCHEMA: dict[str, Any] = _obj({
-    "component": {**IDENT, "description": "the component's name; entries are pl_<component>_<role>"},
+    "component": {**IDENT,
+                  "description": "the component's name; entries are pl_<component>_<role>"},
     "kind": {"enum": ["stage", "scheduler"], "description": "scheduler: provides work tiles"},
     "description": {"type": "string"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True},
@@ -85,7 +92,7 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
                 "description": "per-arch source overrides"},
     "includes": {"type": "array", "items": {"enum": ["cutlass"]},
                  "description": "extra header sets (cutlass: the nvidia-cutlass wheel)"},
-    "params": _map({"oneOf": [{"type": "integer"}, {"type": "string"}]},
+    "params": _map({"oneOf": [{"type": "integer"}, PARAM_STRING]},
                    "compile-time parameters and their defaults: one object per value set"),
     "tunables": _map({"oneOf": [
         {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
@@ -96,7 +103,7 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
         "registers": {**EXPR, "description": "registers per thread this role needs"},
         "uses": {"type": "array", "items": {"enum": ["wgmma", "setmaxnreg", "tma", "umma"]},
                  "description": "wgmma/setmaxnreg/umma make the role warpgroup-aligned"},
-        "entry": {"type": "string"},
+        "entry": {**C_IDENT, "description": "the role's entry (default pl_<component>_<role>)"},
         "init": {"type": "boolean", "description": "declare pl_<c>_<role>_init, run once"},
         "tail": {"type": "boolean", "description": "declare pl_<c>_<role>_tail, run once"},
     }, ["warps"]), "warp roles this component runs"),
@@ -108,7 +115,8 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "named_barriers": _map(_obj({
         "threads": EXPR,
         "fixed": {"type": "integer", "minimum": 1, "maximum": 15,
-                  "description": "a hard-coded id (third-party code); omit to let the linker place it"},
+                  "description": "a hard-coded id (third-party code); omit to let the "
+                                 "linker place it"},
         "live": LIVE}, ["threads"]), "named barriers (bar.sync ids)"),
     "tmem": _map(_obj({"columns": EXPR}, ["columns"]), "Tensor Memory allocations (sm_100a)"),
     "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
@@ -131,8 +139,9 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
         _obj({"component": {"type": "string"},
               "per_arch": {"type": "object", "propertyNames": {"enum": ARCHS},
                            "additionalProperties": {"type": "string"}},
-              "params": {"type": "object", "additionalProperties": {
-                  "oneOf": [{"type": "integer"}, {"type": "string"}]}},
+              "params": {"type": "object", "propertyNames": IDENT,
+                         "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
+                         "description": "compile-time params of the component"},
               "tunables": {"type": "object", "additionalProperties": {"oneOf": [
                   {"type": "integer"},
                   {"type": "array", "items": {"type": "integer"}}]}},
@@ -155,6 +164,18 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
         {"enum": ["max_tunables_then_min_smem", "min_smem"]},
         _obj({"maximize": {"type": "array", "items": {"type": "string"}}})]},
 }, ["recipe", "arch", "instances"])
+
+
+def _full_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    """Every ``pattern`` here matches the whole string: Python's ``$`` also matches
+    before a trailing newline, which would let a name ending in one into generated C++."""
+    del validator, schema
+    if isinstance(instance, str) and not re.fullmatch(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                         {"pattern": _full_pattern})
 
 
 def markdown_reference(schema: dict[str, Any], title: str) -> str:
