@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,14 @@ import yaml
 
 from . import expr
 from .errors import ContractError
-from .schema import CONTRACT_SCHEMA
+from .schema import CONTRACT_SCHEMA, PARAM_STRING, Validator
 
 WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma"}
-_VALIDATOR = jsonschema.Draft202012Validator(CONTRACT_SCHEMA)
+_VALIDATOR = Validator(CONTRACT_SCHEMA)
+# The placer enumerates every value of a tunable (and every combination of those one
+# expression reads): keep the ranges small.
+MAX_TUNABLE_VALUES = 256
+MAX_COMBINATIONS = 4096
 
 
 def canonical_json(data: Any) -> str:
@@ -51,22 +57,54 @@ def read_yaml(path: Path, error: type[Exception] = ContractError) -> Any:
         raise error(f"malformed YAML: {problem}", where=at) from None
 
 
+def _path_order(path: Any) -> tuple:
+    """Sort key of a key path that may mix list indices and (YAML: any) mapping keys."""
+    return tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in path)
+
+
+def _kinds(alternatives: list[Any]) -> list[str]:
+    """What each alternative of a oneOf accepts, flattened: integer, string, object..."""
+    out: list[str] = []
+    for alt in alternatives:
+        if not isinstance(alt, dict):
+            continue
+        if "oneOf" in alt:
+            out += _kinds(alt["oneOf"])
+        elif "enum" in alt:
+            out.append("one of " + "/".join(map(str, alt["enum"])))
+        else:
+            out.append(str(alt.get("type", "valid")))
+    return list(dict.fromkeys(out))
+
+
 def schema_error(validator: jsonschema.Validator, data: Any, where: str,
                  error: type[Exception]) -> None:
-    """Raises the first schema violation (deterministic order) with its key path."""
-    errors = sorted(validator.iter_errors(data), key=lambda e: (list(e.absolute_path), e.message))
+    """Raises the first schema violation (deterministic order) with its key path:
+    an unknown key and a missing key are named themselves, not their parent."""
+    errors = sorted(validator.iter_errors(data),
+                    key=lambda e: (_path_order(e.absolute_path), e.message))
     if not errors:
         return
     first = errors[0]
-    key = ".".join(str(p) for p in first.absolute_path) or "<top>"
+    path = [str(p) for p in first.absolute_path]
     message = first.message
-    if first.validator == "additionalProperties":
-        allowed = sorted(first.schema.get("properties", {}))
-        hint = "allowed keys: " + ", ".join(allowed) if allowed else None
-    elif first.validator == "required":
-        hint = "add the missing key"
-    else:
-        hint = first.schema.get("description") if isinstance(first.schema, dict) else None
+    schema = first.schema if isinstance(first.schema, dict) else {}
+    hint = schema.get("description")
+    if first.validator == "additionalProperties" and isinstance(first.instance, dict):
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(str(k) for k in first.instance if k not in allowed)
+        path.append(extra[0] if extra else "?")
+        message = "unknown key"
+        hint = "allowed keys here: " + (", ".join(allowed) or "none")
+    elif first.validator in ("oneOf", "anyOf") and isinstance(first.validator_value, list):
+        message = f"{first.instance!r} is neither " + " nor ".join(_kinds(first.validator_value))
+    elif first.validator == "required" and isinstance(first.instance, dict):
+        missing = [k for k in first.validator_value if k not in first.instance]
+        path.append(str(missing[0]) if missing else "?")
+        message = "missing (required)"
+        hint = schema.get("properties", {}).get(path[-1], {}).get("description") \
+            or "add the key"
+    key = ".".join(path) or "<top>"
     raise error(f"key '{key}': {message}", where=where, hint=hint)
 
 
@@ -139,6 +177,9 @@ class Contract:
              where: str | None = None) -> BoundContract:
         """Fixes compile-time params (defaults overridden by ``overrides``)."""
         params = self.params
+        if overrides is not None and not isinstance(overrides, dict):
+            raise ContractError(f"params of '{self.name}' must be a mapping, got {overrides!r}",
+                                where=where or self.path, hint="params: {name: value}")
         for name, value in (overrides or {}).items():
             if name not in params:
                 raise ContractError(
@@ -147,9 +188,16 @@ class Contract:
             if type(value) is not type(params[name]):
                 raise ContractError(
                     f"param '{name}' of '{self.name}' is {type(params[name]).__name__}, "
-                    f"got {value!r}", where=where or self.path)
+                    f"got {value!r}", where=where or self.path,
+                    hint=f"the default is {params[name]!r}")
+            if isinstance(value, str) and not re.fullmatch(PARAM_STRING["pattern"], value):
+                raise ContractError(
+                    f"param '{name}' of '{self.name}' is {value!r}: a param string is a dtype "
+                    "or a word of letters, digits and _ . + -", where=where or self.path)
             params[name] = value
-        return BoundContract(self, params)
+        bound = BoundContract(self, params)
+        bound.validate(where)
+        return bound
 
 
 @dataclass(frozen=True)
@@ -162,6 +210,23 @@ class BoundContract:
     @property
     def name(self) -> str:
         return self.contract.name
+
+    def validate(self, where: str | None = None) -> None:
+        """With the params fixed, every dtype names one and every expression evaluates,
+        for every value of the tunables it reads, within its field's range. A recipe's
+        params that break the contract fail here, naming the field and the params."""
+        try:
+            for key, value in _dtype_refs(self.contract):
+                self.dtype(value, key)
+            for key, value in _expressions(self.contract):
+                _, table = self.tabulate(value, key)
+                for _, result in table:
+                    _check_range(key, result, self.contract)
+        except ContractError as exc:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+            source = f", set in {where}" if where else ""
+            raise ContractError(f"{exc.message} (params: {shown or 'none'}{source})",
+                                where=exc.where, hint=exc.hint) from None
 
     def params_hash(self) -> str:
         return sha256_text(canonical_json(self.params))[:8]
@@ -187,7 +252,8 @@ class BoundContract:
         """A dtype as written, or the dtype a string param names."""
         resolved = self.params.get(value, value)
         if resolved not in expr.DTYPE_BYTES:
-            raise ContractError(f"'{value}' is not a dtype", where=self.contract.where(key),
+            what = f"param '{value}' is {resolved!r}" if value in self.params else f"'{value}'"
+            raise ContractError(f"{what}, not a dtype", where=self.contract.where(key),
                                 hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
         return str(resolved)
 
@@ -207,6 +273,10 @@ class BoundContract:
         """(depends, table): the value for every combination of the tunables it reads."""
         deps = self.depends(value)
         combos: list[tuple[int, ...]] = [()]
+        if math.prod(len(self.contract.tunables[d]) for d in deps) > MAX_COMBINATIONS:
+            raise ContractError(f"{key} reads tunables {', '.join(deps)}: more than "
+                                f"{MAX_COMBINATIONS} combinations", where=self.contract.where(key),
+                                hint="narrow the tunables' ranges")
         for d in deps:
             combos = [c + (v,) for c in combos for v in self.contract.tunables[d]]
         table = tuple((c, self.eval(value, key, dict(zip(deps, c, strict=True))))
@@ -337,28 +407,107 @@ def _expressions(c: Contract):
         per_tile = p.spec.get("per_tile")
         if per_tile is not None and not str(per_tile).startswith("args."):
             yield f"ports.{p.name}.per_tile", per_tile
+    for i, arg in enumerate(c.data.get("args", [])):
+        for j, v in enumerate(arg.get("box", [])):
+            yield f"args[{i}].box[{j}]", v
+
+
+def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
+    """(key, dtype as written) of every port and argument."""
+    refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()]
+    refs += [(f"args[{i}].dtype", a["dtype"]) for i, a in enumerate(c.data.get("args", []))
+             if "dtype" in a]
+    return refs
+
+
+# Fields the checker, the placer and the header need as one number per object: they
+# may read params but no tunable.
+_COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
+                           r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]"
+                           r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers"
+                           r"|shape\[\d+\])")
+
+# (key pattern, least value, greatest value or None, why) of every expression's range.
+_RANGES = (
+    (r"roles\.\w+\.warps", 1, 32, "a role runs in 1..32 warps"),
+    (r"roles\.\w+\.registers", 0, 255, "a thread holds at most 255 registers"),
+    (r"named_barriers\.\w+\.threads", 32, 1024, "bar.sync counts whole warps, at most 1024"),
+    (r"tmem\.\w+\.columns", 0, 512, "Tensor Memory has 512 columns"),
+    (r"mbarriers\.\w+\.arrivals", 1, None, "an mbarrier expects at least one arrival"),
+    (r"ports\.\w+\.(count|stages|arrivals|consumer_arrivals|slots|readers|shape\[\d+\])",
+     1, None, "a port has at least one of each"),
+    (r"smem\.\w+\.align", 1, None, "an alignment is a power of two"),
+    (r"args\[\d+\]\.box\[\d+\]", 1, 256, "a TMA box spans 1..256 elements"),
+    (r".*", 0, None, "sizes and counts are not negative"),
+)
+
+
+def _check_range(key: str, value: int, c: Contract) -> None:
+    for pattern, low, high, why in _RANGES:
+        if not re.fullmatch(pattern, key):
+            continue
+        limits = f"outside {low}..{high}" if high is not None else f"less than {low}"
+        bad = value < low or (high is not None and value > high)
+        if not bad and key.startswith("named_barriers.") and value % 32:
+            bad, limits = True, "not a multiple of 32"
+        if not bad and key.endswith(".align") and value & (value - 1):
+            bad, limits = True, "not a power of two"
+        if bad:
+            raise ContractError(f"{value} is {limits}", where=c.where(key), hint=why)
+        return
 
 
 def _check_expressions(c: Contract) -> None:
-    """Every expression parses and reads only declared params and tunables; every
-    dtype is one, or a string param that is one."""
-    known = set(c.params) | set(c.tunables)
-    dtypes = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()]
-    dtypes += [(f"args[{i}].dtype", a["dtype"]) for i, a in enumerate(c.data.get("args", []))
-               if "dtype" in a]
-    for key, value in dtypes:
-        if value not in expr.DTYPE_BYTES and not isinstance(c.params.get(value), str):
-            raise ContractError(f"{key} '{value}' is neither a dtype nor a string param",
+    """Every expression parses and reads only declared params and tunables (and no
+    tunable where one number per object is needed); every dtype is one, or a string
+    param; tunables and live ranges are not empty."""
+    params = c.params
+    for key, value in _dtype_refs(c):
+        if value not in expr.DTYPE_BYTES and not isinstance(params.get(value), str):
+            raise ContractError(f"'{value}' is neither a dtype nor a string param",
                                 where=c.where(key),
                                 hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
+    for name, spec in c.data.get("tunables", {}).items():
+        low, high = (spec[0], spec[1]) if isinstance(spec, list) else (0, len(spec["values"]))
+        if isinstance(spec, list) and low > high:
+            raise ContractError(f"tunable '{name}' has the empty range [{low}, {high}]",
+                                where=c.where(f"tunables.{name}"), hint="write [min, max]")
+        if high - low + 1 > MAX_TUNABLE_VALUES:
+            raise ContractError(f"tunable '{name}' has more than {MAX_TUNABLE_VALUES} values",
+                                where=c.where(f"tunables.{name}"),
+                                hint="list the values worth trying: {values: [...]}")
+        if name in params:
+            raise ContractError(f"'{name}' is both a param and a tunable",
+                                where=c.where(f"tunables.{name}"), hint="rename one of them")
+    known = set(params) | set(c.tunables)
     for key, value in _expressions(c):
-        for name in sorted(expr.names(value)):
+        for name in sorted(expr.names(value, where=c.where(key))):
             if name not in known:
                 raise ContractError(
                     f"unbound name '{name}' in {key}", where=c.where(key),
                     hint="declare it under params or tunables (known: "
                          + (", ".join(sorted(known)) or "none") + ")")
-    arg_names = {a["name"] for a in c.data.get("args", [])}
+            if name in c.tunables and _COMPILE_TIME.fullmatch(key):
+                raise ContractError(
+                    f"reads tunable '{name}', but this field is fixed when the component "
+                    "compiles", where=c.where(key), hint="use params only in this field")
+        for name in sorted(expr.sizeof_names(value)):
+            if name not in expr.DTYPE_BYTES and not isinstance(params.get(name), str):
+                raise ContractError(f"sizeof({name}): '{name}' is neither a dtype "
+                                    "nor a string param", where=c.where(key),
+                                    hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
+    for section in ("smem", "named_barriers", "mbarriers"):
+        for name, spec in c.section(section).items():
+            live = spec.get("live") if isinstance(spec, dict) else None
+            if live and live[0] >= live[1]:
+                raise ContractError(f"{section}.{name}.live {live} is empty",
+                                    where=c.where(f"{section}.{name}.live"),
+                                    hint="[first, last) phase indices: first < last")
+    arg_names = [a["name"] for a in c.data.get("args", [])]
+    if len(set(arg_names)) != len(arg_names):
+        dup = sorted({n for n in arg_names if arg_names.count(n) > 1})
+        raise ContractError(f"argument '{dup[0]}' is declared twice", where=c.where("args"),
+                            hint="argument names are struct fields: make them unique")
     for p in c.ports.values():
         per_tile = str(p.spec.get("per_tile", ""))
         if per_tile.startswith("args.") and per_tile[5:] not in arg_names:

@@ -12,7 +12,7 @@ same order by calling :func:`place_fields`.
 
 from __future__ import annotations
 
-from .contract import BoundContract
+from .contract import BoundContract, Contract
 
 # C++ spelling of each dtype on the device side.
 CXX_DTYPE: dict[str, str] = {
@@ -54,7 +54,7 @@ def place_fields(bound: BoundContract) -> list[tuple[str, list[tuple[str, str, s
     return sections
 
 
-def _place_type(c, section: str, name: str) -> str:
+def _place_type(c: Contract, section: str, name: str) -> str:
     if section == "roles":
         return "pl::RolePlace"
     if section == "ports":
@@ -78,8 +78,9 @@ def arg_fields(bound: BoundContract) -> list[tuple[str, str]]:
 def register_ports(bound: BoundContract, role: str) -> list[tuple[str, str, int]]:
     """(C++ element type, port, count) of the register hand-offs a role's entry takes."""
     c = bound.contract
-    return [(CXX_DTYPE[bound.dtype(p.dtype, f"ports.{p.name}.dtype")], p.name, bound.eval(p.spec["count"], f"ports.{p.name}.count"))
-            for name, p in sorted(c.ports.items())
+    return [(CXX_DTYPE[bound.dtype(p.dtype, f"ports.{p.name}.dtype")], p.name,
+             bound.eval(p.spec["count"], f"ports.{p.name}.count"))
+            for _, p in sorted(c.ports.items())
             if p.kind == "registers" and p.role == role]
 
 
