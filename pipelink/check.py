@@ -20,7 +20,6 @@ from . import expr
 from .contract import BoundContract, Port
 from .errors import CheckError
 from .problem import (
-    THREADS_PER_WARP,
     Buffer,
     NamedBarrier,
     Problem,
@@ -112,6 +111,8 @@ class _Problems:
 
 def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     problems = _Problems(recipe)
+    _check_instances(recipe, arch, bound, problems)
+    problems.raise_if_any()
     _check_archs(recipe, arch, bound, problems)
     transfers = _check_connections(recipe, bound, problems)
     _check_fixed_barriers(bound, problems)
@@ -125,6 +126,27 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     problems.raise_if_any()
     return Kernel(recipe, arch, bound, tuple(transfers), tuple(lanes), scheduler, workspace,
                   workspace_bytes, problem, tuple(problems.warnings))
+
+
+def _check_instances(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
+                     problems: _Problems) -> None:
+    """``bound`` holds one contract per instance of the recipe, of the component the
+    recipe names for ``arch``."""
+    instances = recipe.instances(arch)
+    for name, inst in instances.items():
+        b = bound.get(name)
+        if b is None:
+            problems.add(f"instances.{name}", f"no contract for instance '{name}' "
+                                              f"(component '{inst.component}')",
+                         "build or pass an object for every instance")
+        elif b.name != inst.component:
+            problems.add(f"instances.{name}", f"instance '{name}' names component "
+                                              f"'{inst.component}', its object holds '{b.name}'",
+                         "rebuild the instance's object")
+    for name in bound:
+        if name not in instances:
+            problems.add("instances", f"an object was passed for '{name}', which the recipe "
+                                      "does not declare", "add it under instances:")
 
 
 def _check_archs(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
@@ -226,16 +248,16 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
             _mismatch(problems, conn.key, pair, differs, "global slots must agree")
             return None
         return "global"
-    stage_problem = _stages(sb, src, db, dst)
-    if stage_problem:
-        problems.add(conn.key, f"{pair}: field 'stages': {stage_problem}",
-                     "give both ports the same stages, or make one a tunable")
-        return None
     if "shape" in differs:
         _mismatch(problems, conn.key, pair, {"shape": differs["shape"]},
                   "no transfer reshapes a tile: make the tile shapes equal")
         return None
     if not differs:
+        stage_problem = _stages(sb, src, db, dst)
+        if stage_problem:
+            problems.add(conn.key, f"{pair}: field 'stages': {stage_problem}",
+                         "give both ports the same stages, or make one a tunable")
+            return None
         tx_s, tx_d = _field(sb, src, "tx_bytes"), _field(db, dst, "tx_bytes")
         if tx_d is not None and tx_s != tx_d:
             _mismatch(problems, conn.key, pair, {"tx_bytes": (tx_s, tx_d)},
@@ -245,6 +267,14 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
     dtypes = {_field(sb, src, "dtype"), _field(db, dst, "dtype")}
     layouts = {src.spec.get("layout"), dst.spec.get("layout")}
     if dtypes <= CONVERTIBLE_DTYPES and layouts <= CONVERTIBLE_LAYOUTS:
+        consumer = _stage_domain(db, dst)
+        if CONVERTER_STAGES not in consumer:
+            problems.add(conn.key, f"{pair}: field 'stages': the generated conversion "
+                                   f"feeds '{conn.dst}' a ring of {CONVERTER_STAGES} stages, it "
+                                   f"takes {sorted(consumer)}",
+                         f"let the consumer's stages be a tunable that includes "
+                         f"{CONVERTER_STAGES}")
+            return None
         return "conversion"
     _mismatch(problems, conn.key, pair, differs,
               "a generated conversion handles dtypes " + "/".join(sorted(CONVERTIBLE_DTYPES))
@@ -258,16 +288,52 @@ def _mismatch(problems: _Problems, key: str, pair: str, differs: dict[str, tuple
         problems.add(key, f"{pair}: field '{name}' differs: {a} vs {b}", hint)
 
 
+def _stage_domain(b: BoundContract, p: Port) -> set[int]:
+    """Every value a port's stages can take."""
+    _, table = b.tabulate(p.spec["stages"], f"ports.{p.name}.stages")
+    return {v for _, v in table}
+
+
 def _stages(sb: BoundContract, src: Port, db: BoundContract, dst: Port) -> str | None:
-    """Stages must be able to agree: equal constants, or tunables with a shared value."""
-    def domain(b: BoundContract, p: Port) -> set[int]:
-        deps, table = b.tabulate(p.spec["stages"], f"ports.{p.name}.stages")
-        return {v for _, v in table}
-    common = domain(sb, src) & domain(db, dst)
+    """Stages must be able to agree: equal constants, or plain tunables with a shared
+    value (the placer then picks one for both, see :func:`_stage_pins`)."""
+    for b, p in ((sb, src), (db, dst)):
+        stages = p.spec["stages"]
+        if b.depends(stages) and stages not in b.contract.tunables:
+            return (f"'{b.name}.{p.name}' computes its stages ({stages!r}) from tunables; a "
+                    "zero-copy ring needs a constant or one tunable by name")
+    common = _stage_domain(sb, src) & _stage_domain(db, dst)
     if not common:
-        return (f"{sorted(domain(sb, src))} vs {sorted(domain(db, dst))} have no value in "
-                "common")
+        return (f"{sorted(_stage_domain(sb, src))} vs {sorted(_stage_domain(db, dst))} have "
+                "no value in common")
     return None
+
+
+def _stage_pins(bound: dict[str, BoundContract],
+                transfers: list[Transfer]) -> dict[str, set[int]]:
+    """Values a tunable that names a ring's stages may take: a zero-copy pair shares
+    one ring, so each side's tunable keeps only the values the other side allows; a
+    consumer fed by a generated conversion reads the converter's ring."""
+    pins: dict[str, set[int]] = {}
+
+    def pin(end: Endpoint, allowed: set[int]) -> None:
+        b = bound[end.instance]
+        stages = b.contract.ports[end.port].spec["stages"]
+        if isinstance(stages, str) and stages in b.contract.tunables:
+            key = f"{end.instance}.{stages}"
+            pins[key] = pins.get(key, allowed) & allowed
+
+    for t in transfers:
+        if t.kind == "zero_copy":
+            src = bound[t.src.instance].contract.ports[t.src.port]
+            dst = bound[t.dst.instance].contract.ports[t.dst.port]
+            common = (_stage_domain(bound[t.src.instance], src)
+                      & _stage_domain(bound[t.dst.instance], dst))
+            pin(t.src, common)
+            pin(t.dst, common)
+        elif t.kind == "conversion":
+            pin(t.dst, {CONVERTER_STAGES})
+    return pins
 
 
 def _check_arrivals(bound: dict[str, BoundContract], transfers: list[Transfer],
@@ -434,6 +500,7 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
              transfers: list[Transfer], lanes: list[Lane], problems: _Problems) -> Problem:
     tunables, equal, buffers, barriers, tmem = [], [], [], [], []
     pins = recipe.instances(arch)
+    stage_pins = _stage_pins(bound, transfers)
     for inst, b in bound.items():
         where = b.contract.path
         for name, values in b.contract.tunables.items():
@@ -441,8 +508,17 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
             if not allowed:
                 problems.add(f"instances.{inst}.tunables.{name}",
                              f"pins {pins[inst].tunables.get(name)} outside {b.name}'s range "
-                             f"{list(values)}")
+                             f"{list(values)}",
+                             f"pin values the contract allows ({where}: tunables.{name})")
                 allowed = values
+            ring = stage_pins.get(f"{inst}.{name}")
+            if ring is not None and not set(allowed) & ring:
+                problems.add(f"instances.{inst}.tunables.{name}",
+                             f"'{inst}.{name}' may be {list(allowed)}, but the ring it sizes "
+                             f"is shared with a port that takes {sorted(ring)}",
+                             "pin both sides of the connection to one value")
+            elif ring is not None:
+                allowed = tuple(v for v in allowed if v in ring)
             tunables.append(Tunable(f"{inst}.{name}", tuple(allowed), 1,
                                     f"{where}: tunables.{name}"))
         for name, spec in b.contract.section("smem").items():
@@ -471,9 +547,6 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
             equal += _stage_ties(bound, t)
         if t.kind == "conversion":
             buffers += _converter_buffers(bound, t)
-            barriers.append(NamedBarrier(f"{t.converter}.sync",
-                                         CONVERTER_WARPS * THREADS_PER_WARP, None, None,
-                                         f"generated conversion for {t.src} -> {t.dst}"))
     roles = [Role(lane.name, lane.warps, lane.registers, lane.warpgroup,
                   tuple(f"{i}.{r}" for i, r in lane.members),
                   "; ".join(f"{bound[i].contract.path}: roles.{r}" for i, r in lane.members))
