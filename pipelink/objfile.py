@@ -90,7 +90,38 @@ def unpack(data: bytes, path: str = "<bytes>") -> ComponentObject:
     if not isinstance(header, dict) or header.get("ltoir_sha256") != sha256_text(ltoir):
         raise ObjectFormatError("corrupted object: LTO-IR does not match its recorded hash",
                                 where=path, hint="rebuild the component")
+    _check_header(header, path)
     return ComponentObject(header, ltoir, path)
+
+
+# Every header field and its JSON type: a reader may index any of them.
+_HEADER_FIELDS: dict[str, type] = {
+    "format": int, "component": str, "arch": str, "params": dict, "contract": dict,
+    "contract_sha256": str, "source_sha256": str, "ltoir_sha256": str, "ltoir_bytes": int,
+    "toolchain": dict, "symbols": dict,
+}
+
+
+def _check_header(header: dict[str, Any], path: str) -> None:
+    """The header is complete and its embedded contract matches its recorded hash, so
+    an edited or damaged header is refused here, not half-used later."""
+    for key, kind in _HEADER_FIELDS.items():
+        if not isinstance(header.get(key), kind):
+            raise ObjectFormatError(f"corrupted header: field '{key}' is missing or not a "
+                                    f"{kind.__name__}", where=path, hint="rebuild the component")
+    if header["contract_sha256"] != sha256_text(canonical_json(header["contract"])):
+        raise ObjectFormatError("corrupted header: the embedded contract does not match its "
+                                "recorded hash", where=path, hint="rebuild the component")
+    params_hash = sha256_text(canonical_json(header["params"]))[:8]
+    if not all(isinstance(s, str) and s.endswith(f"_{params_hash}")
+               for s in header["symbols"].values()):
+        raise ObjectFormatError("corrupted header: its symbols were not built with its params",
+                                where=path, hint="rebuild the component")
+    if header["component"] != header["contract"].get("component"):
+        raise ObjectFormatError(f"corrupted header: component '{header['component']}' but the "
+                                "embedded contract is of "
+                                f"'{header['contract'].get('component')}'", where=path,
+                                hint="rebuild the component")
 
 
 def read_object(path: Path | str) -> ComponentObject:
