@@ -1,0 +1,147 @@
+"""Shared fixtures: small component trees and recipes in a temporary folder.
+
+:class:`Tree` writes contracts to ``<tmp>/components/<name>/contract.yaml`` and recipes to
+``<tmp>/recipes/<name>.yaml``, finds components with :class:`ComponentIndex` and runs the
+checker the way the linker does (bind each instance's params, then ``check``), with no
+compiler involved. :func:`producer`, :func:`consumer` and :func:`epilogue` return fresh
+copies of three contracts that fit together, for tests to break one field at a time.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelink.check import Kernel, check
+from pipelink.contract import BoundContract
+from pipelink.recipe import ComponentIndex, Recipe, load_recipe, resolve_components
+
+ROOT = Path(__file__).resolve().parents[1]
+
+requires_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None,
+                                   reason="needs CUDA's nvcc on PATH")
+
+# A TMA producer warp: (rows, cols) tiles into a ring of `stages` stages.
+_PRODUCER: dict[str, Any] = {
+    "component": "loader",
+    "arch": ["sm_90a", "sm_100a"],
+    "params": {"rows": 128, "cols": 64, "dtype": "bf16"},
+    "tunables": {"stages": [2, 8]},
+    "roles": {"producer": {"warps": 1, "registers": 40, "uses": ["tma"]}},
+    "smem": {"tiles": {"bytes": "stages*rows*cols*sizeof(dtype)", "align": 1024}},
+    "mbarriers": {"full": "stages", "empty": "stages"},
+    "ports": {"tiles": {"dir": "out", "kind": "smem_pipeline", "dtype": "dtype",
+                        "shape": ["rows", "cols"], "layout": "row_major", "stages": "stages",
+                        "buffer": "tiles", "full": "full", "empty": "empty", "arrivals": 1,
+                        "tx_bytes": "rows*cols*sizeof(dtype)", "per_tile": "args.k_tiles"}},
+    "args": [{"name": "src", "type": "tensormap", "dtype": "dtype", "box": ["cols", "rows"]},
+             {"name": "k_tiles", "type": "u32"}],
+}
+
+# A consumer warpgroup: every thread releases each stage (arrivals: rows).
+_CONSUMER: dict[str, Any] = {
+    "component": "reducer",
+    "arch": ["sm_90a", "sm_100a"],
+    "params": {"rows": 128, "cols": 64, "dtype": "bf16"},
+    "tunables": {"stages": [2, 8]},
+    "roles": {"reduce": {"warps": "rows // 32", "registers": 64}},
+    "ports": {"x": {"dir": "in", "kind": "smem_pipeline", "dtype": "dtype",
+                    "shape": ["rows", "cols"], "layout": "row_major", "stages": "stages",
+                    "arrivals": "rows", "per_tile": "args.k_tiles"},
+              "acc": {"dir": "out", "kind": "registers", "dtype": "f32", "count": 8,
+                      "layout": "row_per_thread_8"}},
+    "args": [{"name": "k_tiles", "type": "u32"}],
+}
+
+# An epilogue in the consumer's warps, fed by a register hand-off.
+_EPILOGUE: dict[str, Any] = {
+    "component": "store",
+    "arch": ["sm_90a", "sm_100a"],
+    "params": {"rows": 128},
+    "roles": {"store": {"warps": "rows // 32", "registers": 64}},
+    "named_barriers": {"done": {"threads": "rows"}},
+    "ports": {"acc": {"dir": "in", "kind": "registers", "dtype": "f32", "count": 8,
+                      "layout": "row_per_thread_8"}},
+    "args": [{"name": "out", "type": "ptr", "dtype": "f32"}],
+}
+
+_RECIPE: dict[str, Any] = {
+    "recipe": "toy",
+    "arch": ["sm_90a"],
+    "instances": {"load": "loader", "reduce": "reducer", "store": "store"},
+    "connect": ["load.tiles -> reduce.x", "reduce.acc -> store.acc"],
+}
+
+
+def producer() -> dict[str, Any]:
+    return copy.deepcopy(_PRODUCER)
+
+
+def consumer() -> dict[str, Any]:
+    return copy.deepcopy(_CONSUMER)
+
+
+def epilogue() -> dict[str, Any]:
+    return copy.deepcopy(_EPILOGUE)
+
+
+def toy_recipe() -> dict[str, Any]:
+    return copy.deepcopy(_RECIPE)
+
+
+def _text(data: dict[str, Any] | list[Any] | str) -> str:
+    return data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A components/ and recipes/ folder under a temporary root."""
+
+    root: Path
+
+    @property
+    def index(self) -> ComponentIndex:
+        return ComponentIndex((self.root / "components",))
+
+    def component(self, name: str, contract: dict[str, Any] | str) -> Path:
+        """Writes a contract (a dict, or YAML text as is) as components/<name>/contract.yaml."""
+        path = self.root / "components" / name / "contract.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_text(contract))
+        return path
+
+    def recipe(self, data: dict[str, Any] | str, name: str = "r") -> Path:
+        path = self.root / "recipes" / f"{name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_text(data))
+        return path
+
+    def toy(self) -> None:
+        """The three fitting components under their own names."""
+        self.component("loader", producer())
+        self.component("reducer", consumer())
+        self.component("store", epilogue())
+
+    def bind(self, recipe: Recipe, arch: str) -> dict[str, BoundContract]:
+        """Each instance's contract with the recipe's params, as objects would carry it."""
+        out = {}
+        for name, (inst, path) in resolve_components(recipe, arch, self.index).items():
+            contract = self.index.contract(inst.component)
+            del path
+            out[name] = contract.bind(inst.params, where=recipe.where(f"instances.{name}"))
+        return out
+
+    def check(self, recipe_path: Path, arch: str = "sm_90a") -> Kernel:
+        recipe = load_recipe(recipe_path)
+        return check(recipe, arch, self.bind(recipe, arch))
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    return Tree(tmp_path)

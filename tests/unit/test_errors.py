@@ -1,0 +1,453 @@
+"""Bad inputs, one per row: each is refused with PipeLink's own error type and a message
+that names the file, the component or instance, the port or key, and the field.
+
+Every row starts from three contracts that fit (``loader -> reducer -> store``, see
+``tests/conftest.py``) and a recipe wiring them, breaks one thing, and runs what the
+linker runs: load the recipe, bind each instance's contract with the recipe's params,
+check. Object rows corrupt a packed object and read it back. No compiler is needed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipelink.check import check
+from pipelink.contract import contract_from_data
+from pipelink.errors import (
+    CheckError,
+    ContractError,
+    ObjectFormatError,
+    PipeLinkError,
+    RecipeError,
+)
+from pipelink.objfile import pack, read_object
+from pipelink.recipe import load_recipe
+
+from ..conftest import Tree, consumer, epilogue, producer, toy_recipe
+
+Mutation = Callable[[Any], Any]
+
+LOADER = "components/loader/contract.yaml"
+REDUCER = "components/reducer/contract.yaml"
+STORE = "components/store/contract.yaml"
+RECIPE = "recipes/r.yaml"
+
+
+# -- mutations of a contract or recipe dict ----------------------------------------------
+
+def _walk(data: Any, path: str) -> tuple[Any, Any]:
+    keys: list[Any] = [int(k) if k.isdigit() else k for k in path.split(".")]
+    for k in keys[:-1]:
+        data = data[k]
+    return data, keys[-1]
+
+
+def put(path: str, value: Any) -> Mutation:
+    """Sets the dotted ``path`` (list indices as numbers) to ``value``."""
+    def mutate(data: Any) -> Any:
+        parent, key = _walk(data, path)
+        parent[key] = value
+        return data
+    return mutate
+
+
+def drop(path: str) -> Mutation:
+    def mutate(data: Any) -> Any:
+        parent, key = _walk(data, path)
+        del parent[key]
+        return data
+    return mutate
+
+
+def add(path: str, value: Any) -> Mutation:
+    """Appends ``value`` to the list at ``path``."""
+    def mutate(data: Any) -> Any:
+        parent, key = _walk(data, path)
+        parent[key].append(value)
+        return data
+    return mutate
+
+
+def chain(*mutations: Mutation) -> Mutation:
+    def mutate(data: Any) -> Any:
+        for m in mutations:
+            data = m(data)
+        return data
+    return mutate
+
+
+# -- objects ----------------------------------------------------------------------------
+
+def packed_loader(contract: dict[str, Any] | None = None) -> bytes:
+    bound = contract_from_data(producer(), LOADER).bind()
+    if contract is not None:
+        bound = replace(bound, contract=replace(bound.contract, data=contract))
+    return pack(bound, "sm_90a", b"\x00LTO-IR of a loader, bytes as nvcc writes them\x00" * 8,
+                source_sha256="0" * 64, toolchain={"nvcc": "13.0.88", "nvjitlink": "13.0"})
+
+
+def flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+
+
+def header_end(data: bytes) -> int:
+    return 12 + int.from_bytes(data[8:12], "little")
+
+
+def gcc_object(tmp: Path) -> bytes:
+    """A real ELF relocatable from the host C compiler (the Python binary without one)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        return Path(sys.executable).resolve().read_bytes()
+    source = tmp / "foreign.c"
+    source.write_text("int foreign(int x) { return x + 1; }\n")
+    subprocess.run([gcc, "-c", str(source), "-o", str(tmp / "foreign.o")], check=True)
+    return (tmp / "foreign.o").read_bytes()
+
+
+def edit_header(data: bytes, old: bytes, new: bytes) -> bytes:
+    """Replaces the last ``old`` inside the JSON header (sorted keys: the header's own
+    params come after the embedded contract's), keeping the recorded length right."""
+    end = header_end(data)
+    header = new.join(data[12:end].rsplit(old, 1))
+    assert header != data[12:end]
+    return data[:8] + len(header).to_bytes(4, "little") + header + data[end:]
+
+
+# -- the table --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    error: type[PipeLinkError]
+    must: tuple[str, ...]                           # substrings the message must hold
+    loader: Mutation | str | None = None            # a mutation, or the file's whole text
+    reducer: Mutation | str | None = None
+    store: Mutation | str | None = None
+    recipe: Mutation | str | None = None
+    arch: str = "sm_90a"
+    obj: Callable[[Path], bytes] | None = None      # bytes of a .o to read instead
+    bound_check: bool = field(default=False)        # check an object's embedded contract
+
+
+CASES = [
+    # Contract files: YAML and schema.
+    Case("contract_malformed_yaml", ContractError,
+         (f"{LOADER}:3:", "malformed YAML"),
+         loader="component: loader\narch: [sm_90a\nroles: {producer: {warps: 1}}\n"),
+    Case("contract_not_a_mapping", ContractError,
+         (LOADER, "a contract is a mapping"), loader="- loader\n- sm_90a\n"),
+    Case("contract_unknown_top_key", ContractError,
+         (LOADER, "key 'smme': unknown key", "allowed keys here:", "smem"),
+         loader=put("smme", {})),
+    Case("contract_unknown_port_key", ContractError,
+         (LOADER, "key 'ports.tiles.stagse': unknown key", "stages"),
+         loader=put("ports.tiles.stagse", 4)),
+    Case("contract_unknown_role_key", ContractError,
+         (REDUCER, "key 'roles.reduce.warp': unknown key", "warps"),
+         reducer=put("roles.reduce.warp", 4)),
+    Case("contract_missing_arch", ContractError,
+         (LOADER, "key 'arch': missing (required)"), loader=drop("arch")),
+    Case("contract_arch_not_a_list", ContractError,
+         (LOADER, "key 'arch'", "is not of type 'array'"), loader=put("arch", "sm_90a")),
+    Case("contract_unknown_arch", ContractError,
+         (LOADER, "key 'arch.0'", "'sm_89' is not one of"), loader=put("arch", ["sm_89"])),
+    Case("contract_port_dir_wrong_value", ContractError,
+         (REDUCER, "key 'ports.x.dir'", "'inout' is not one of"),
+         reducer=put("ports.x.dir", "inout")),
+    Case("contract_smem_bytes_wrong_type", ContractError,
+         (LOADER, "key 'smem.tiles.bytes'", "integer expression"),
+         loader=put("smem.tiles.bytes", [1, 2])),
+    Case("contract_bad_component_name", ContractError,
+         (LOADER, "key 'component'", "Loader-1"), loader=put("component", "Loader-1")),
+    Case("contract_name_with_trailing_newline", ContractError,
+         (LOADER, "key 'component'", "'loader\\n'"), loader=put("component", "loader\n")),
+    Case("contract_param_float", ContractError,
+         (LOADER, "key 'params.rows'", "1.5 is neither integer nor string"),
+         loader=put("params.rows", 1.5)),
+    # Contract files: references and expressions.
+    Case("contract_unbound_name", ContractError,
+         (f"{LOADER}: smem.tiles.bytes", "unbound name 'rowz' in smem.tiles.bytes",
+          "known: cols, dtype, rows, stages"),
+         loader=put("smem.tiles.bytes", "stages*rowz*cols*sizeof(dtype)")),
+    Case("contract_unbound_name_in_shape", ContractError,
+         (f"{REDUCER}: ports.x.shape[1]", "unbound name 'k'"),
+         reducer=put("ports.x.shape", ["rows", "k"])),
+    Case("contract_expression_syntax", ContractError,
+         (f"{LOADER}: ports.tiles.tx_bytes", "cannot parse expression 'rows*'"),
+         loader=put("ports.tiles.tx_bytes", "rows*")),
+    Case("contract_expression_attribute_call", ContractError,
+         (f"{LOADER}: smem.tiles.align", "'rows.bit_length()'"),
+         loader=put("smem.tiles.align", "rows.bit_length()")),
+    Case("contract_expression_huge_power", ContractError,
+         (f"{LOADER}: smem.tiles.bytes", "out of the 64-bit range"),
+         loader=put("smem.tiles.bytes", "(rows**9)**9")),
+    Case("contract_tunable_in_compile_time_field", ContractError,
+         (f"{LOADER}: roles.producer.warps", "reads tunable 'stages'"),
+         loader=put("roles.producer.warps", "stages")),
+    Case("contract_port_buffer_undeclared", ContractError,
+         (f"{LOADER}: ports.tiles.buffer", "port 'tiles' names buffer 'tilez'", "smem: tiles"),
+         loader=put("ports.tiles.buffer", "tilez")),
+    Case("contract_port_full_barrier_undeclared", ContractError,
+         (f"{LOADER}: ports.tiles.full", "mbarrier array 'ful' as full"),
+         loader=put("ports.tiles.full", "ful")),
+    Case("contract_port_role_undeclared", ContractError,
+         (f"{REDUCER}: ports.acc.role", "port 'acc' names role 'epilogue'"),
+         reducer=put("ports.acc.role", "epilogue")),
+    Case("contract_port_missing_field", ContractError,
+         (f"{REDUCER}: ports.x", "in smem_pipeline port 'x' needs 'arrivals'"),
+         reducer=drop("ports.x.arrivals")),
+    Case("contract_port_dtype_unknown", ContractError,
+         (f"{LOADER}: ports.tiles.dtype", "'bf17' is neither a dtype nor a string param",
+          "dtypes: f32"),
+         loader=put("ports.tiles.dtype", "bf17")),
+    Case("contract_per_tile_unknown_arg", ContractError,
+         (f"{REDUCER}: ports.x.per_tile", "'args.k_tile'", "args: k_tiles"),
+         reducer=put("ports.x.per_tile", "args.k_tile")),
+    Case("contract_sizeof_not_a_dtype", ContractError,
+         (f"{LOADER}: ports.tiles.tx_bytes", "sizeof(rows)"),
+         loader=put("ports.tiles.tx_bytes", "rows*cols*sizeof(rows)")),
+    Case("contract_tunable_empty_range", ContractError,
+         (f"{LOADER}: tunables.stages", "empty range [8, 2]"),
+         loader=put("tunables.stages", [8, 2])),
+    Case("contract_tmem_without_sm100", ContractError,
+         (f"{LOADER}: tmem.acc", "needs sm_100a"),
+         loader=chain(put("arch", ["sm_90a"]), put("tmem", {"acc": {"columns": 128}}))),
+    Case("contract_two_roles_port_without_role", ContractError,
+         (f"{REDUCER}: ports.x", "port 'x' of 'reducer' must say which role sees it"),
+         reducer=put("roles.helper", {"warps": 1})),
+    Case("contract_named_barrier_threads_not_warps", ContractError,
+         (f"{STORE}: named_barriers.done.threads", "100 is not a multiple of 32",
+          f"{RECIPE}: instances.store)"),
+         store=put("named_barriers.done.threads", 100)),
+    # Recipe files.
+    Case("recipe_malformed_yaml", RecipeError,
+         (f"{RECIPE}:2:", "malformed YAML"), recipe="recipe: toy\n  arch: [sm_90a]\n"),
+    Case("recipe_unknown_key", RecipeError,
+         (RECIPE, "key 'phasez': unknown key", "phases"), recipe=put("phasez", ["main"])),
+    Case("recipe_bad_connection_syntax", RecipeError,
+         (RECIPE, "key 'connect.0'", "load.tiles => reduce.x"),
+         recipe=put("connect.0", "load.tiles => reduce.x")),
+    Case("recipe_connection_unknown_instance", RecipeError,
+         (f"{RECIPE}: connect[0]", "instance 'lod'"),
+         recipe=put("connect.0", "lod.tiles -> reduce.x")),
+    Case("recipe_unknown_component", RecipeError,
+         (f"{RECIPE}: instances.reduce", "unknown component 'reducr'", "loader, reducer, store"),
+         recipe=put("instances.reduce", "reducr")),
+    Case("recipe_unknown_param", ContractError,
+         (f"{RECIPE}: instances.load", "component 'loader' has no param 'rowz'",
+          "params: cols, dtype, rows"),
+         recipe=put("instances.load", {"component": "loader", "params": {"rowz": 64}})),
+    Case("recipe_param_wrong_type", ContractError,
+         (f"{RECIPE}: instances.load", "param 'rows' of 'loader' is int, got '128'"),
+         recipe=put("instances.load", {"component": "loader", "params": {"rows": "128"}})),
+    Case("recipe_param_not_a_dtype", ContractError,
+         (f"{LOADER}: ports.tiles.dtype", "param 'dtype' is 'bf17', not a dtype",
+          "params: cols=64, dtype=bf17, rows=128, set in ", f"{RECIPE}: instances.load)"),
+         recipe=put("instances.load", {"component": "loader", "params": {"dtype": "bf17"}})),
+    Case("recipe_param_makes_a_size_zero", ContractError,
+         (f"{LOADER}: ports.tiles.shape[1]", "0 is less than 1", "cols=0",
+          f"{RECIPE}: instances.load)"),
+         recipe=put("instances.load", {"component": "loader", "params": {"cols": 0}})),
+    Case("recipe_arch_not_targeted", RecipeError,
+         (f"{RECIPE}: arch", "recipe 'toy' does not target sm_100a"), arch="sm_100a"),
+    Case("recipe_pin_outside_range", CheckError,
+         (f"{RECIPE}: instances.load.tunables.stages", "pins 16 outside loader's range"),
+         recipe=put("instances.load", {"component": "loader", "tunables": {"stages": 16}})),
+    # The checker: connected ports.
+    Case("check_dtype_mismatch", CheckError,
+         (f"{RECIPE}: connect[0]", "'load.tiles' (loader) -> 'reduce.x' (reducer)",
+          "field 'dtype' differs: e4m3 vs bf16"),
+         recipe=put("instances.load", {"component": "loader", "params": {"dtype": "e4m3"}})),
+    Case("check_shape_mismatch", CheckError,
+         (f"{RECIPE}: connect[0]", "'load.tiles' (loader) -> 'reduce.x' (reducer)",
+          "field 'shape' differs: [128, 64] vs [128, 32]"),
+         recipe=put("instances.reduce", {"component": "reducer", "params": {"cols": 32}})),
+    Case("check_layout_mismatch", CheckError,
+         (f"{RECIPE}: connect[0]", "'reduce.x' (reducer)",
+          "field 'layout' differs: row_major vs sw128_kmajor"),
+         reducer=put("ports.x.layout", "sw128_kmajor")),
+    Case("check_stage_mismatch", CheckError,
+         (f"{RECIPE}: connect[0]", "'load.tiles' (loader) -> 'reduce.x' (reducer)",
+          "field 'stages': [4] vs [2] have no value in common"),
+         loader=chain(drop("tunables"), put("smem.tiles.bytes", "4*rows*cols*sizeof(dtype)"),
+                      put("mbarriers", {"full": 4, "empty": 4}), put("ports.tiles.stages", 4)),
+         reducer=chain(drop("tunables"), put("ports.x.stages", 2))),
+    Case("check_conversion_into_fixed_stages", CheckError,
+         (f"{RECIPE}: connect[0]", "'reduce.x'", "a ring of 2 stages, it takes [4]"),
+         recipe=put("instances.load", {"component": "loader", "params": {"dtype": "f32"}}),
+         reducer=chain(drop("tunables"), put("ports.x.stages", 4))),
+    Case("check_tx_bytes_mismatch", CheckError,
+         (f"{RECIPE}: connect[0]", "'reduce.x' (reducer)", "field 'tx_bytes' differs: 16384 vs 1"),
+         reducer=put("ports.x.tx_bytes", 1)),
+    Case("check_arrival_mismatch", CheckError,
+         (f"{RECIPE}: connect[0]", "'load.tiles' (loader) expects 1 arrivals per stage",
+          "its consumers make 128 (reduce.x 128)"),
+         loader=put("ports.tiles.consumer_arrivals", 1)),
+    Case("check_register_dtype_mismatch", CheckError,
+         (f"{RECIPE}: connect[1]", "'reduce.acc' (reducer) -> 'store.acc' (store)",
+          "field 'dtype' differs: f32 vs bf16"),
+         store=put("ports.acc.dtype", "bf16")),
+    Case("check_register_count_mismatch", CheckError,
+         (f"{RECIPE}: connect[1]", "'store.acc' (store)", "field 'count' differs: 8 vs 16"),
+         store=put("ports.acc.count", 16)),
+    Case("check_register_warps_mismatch", CheckError,
+         (f"{RECIPE}: connect", "different warp counts", "reduce.reduce 4", "store.store 8"),
+         store=put("roles.store.warps", 8)),
+    Case("check_port_kinds_differ", CheckError,
+         (f"{RECIPE}: connect[1]", "'load.tiles' (loader) -> 'store.acc' (store)",
+          "port kinds differ: smem_pipeline vs registers"),
+         recipe=put("connect", ["load.tiles -> reduce.x", "load.tiles -> store.acc",
+                                "reduce.acc -> store.acc"])),
+    Case("check_connection_backwards", CheckError,
+         (f"{RECIPE}: connect[0]", "'reduce.x' is an in port and 'load.tiles' an out port"),
+         recipe=put("connect.0", "reduce.x -> load.tiles")),
+    Case("check_unknown_port", CheckError,
+         (f"{RECIPE}: connect[0]", "component 'loader' (instance 'load') has no port 'tilez'",
+          "its ports: tiles"),
+         recipe=put("connect.0", "load.tilez -> reduce.x")),
+    Case("check_input_unconnected", CheckError,
+         (f"{RECIPE}: instances.reduce", "input port 'reduce.x' (smem_pipeline, dtype) of "
+          "component 'reducer' is not connected"),
+         recipe=put("connect", ["reduce.acc -> store.acc"])),
+    Case("check_input_connected_twice", CheckError,
+         (f"{RECIPE}: connect[2]", "input port 'reduce.x' is connected twice "
+          "(connect[0] and connect[2])"),
+         recipe=chain(put("instances.load2", "loader"),
+                      add("connect", "load2.tiles -> reduce.x"))),
+    Case("check_fixed_barriers_collide", CheckError,
+         (f"{RECIPE}: instances.store", "named barrier id 13 is fixed by both",
+          "load.sync (loader, ", LOADER, "store.done (store, ", STORE),
+         loader=put("named_barriers", {"sync": {"threads": 32, "fixed": 13}}),
+         store=put("named_barriers.done.fixed", 13)),
+    Case("check_disjoint_archs", CheckError,
+         (f"{RECIPE}: instances.reduce", "component 'reducer' supports sm_100a, not sm_90a"),
+         reducer=put("arch", ["sm_100a"])),
+    Case("check_cluster_shapes_disagree", CheckError,
+         (f"{RECIPE}: launch.cluster", "cluster shapes disagree", "load [2, 1, 1]",
+          "reduce [1, 1, 1]"),
+         loader=put("cluster", [2, 1, 1]), reducer=put("cluster", [1, 1, 1])),
+    # Objects.
+    Case("object_foreign_elf", ObjectFormatError,
+         ("foreign.sm_90a.o", "not a PipeLink object (bad magic)"), obj=gcc_object),
+    Case("object_empty", ObjectFormatError,
+         ("foreign.sm_90a.o", "bad magic"), obj=lambda tmp: b""),
+    Case("object_truncated_in_header", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted header"), obj=lambda tmp: packed_loader()[:200]),
+    Case("object_truncated_in_ltoir", ObjectFormatError,
+         ("foreign.sm_90a.o", "LTO-IR does not match its recorded hash"),
+         obj=lambda tmp: packed_loader()[:-10]),
+    Case("object_flipped_byte_in_ltoir", ObjectFormatError,
+         ("foreign.sm_90a.o", "LTO-IR does not match its recorded hash"),
+         obj=lambda tmp: flip(packed_loader(), header_end(packed_loader()) + 5)),
+    Case("object_edited_contract", ObjectFormatError,
+         ("foreign.sm_90a.o", "embedded contract does not match its recorded hash"),
+         obj=lambda tmp: edit_header(packed_loader(), b'"registers":40', b'"registers":48')),
+    Case("object_edited_params", ObjectFormatError,
+         ("foreign.sm_90a.o", "symbols were not built with its params"),
+         obj=lambda tmp: edit_header(packed_loader(), b'"rows":128}', b'"rows":256}')),
+    Case("object_newer_format", ObjectFormatError,
+         ("foreign.sm_90a.o", "object format 2, this PipeLink reads 1"),
+         obj=lambda tmp: packed_loader()[:6] + b"\x02\x00" + packed_loader()[8:]),
+    Case("object_embedded_contract_invalid", ContractError,
+         ("foreign.sm_90a.o (embedded contract)", "key 'roles.producer.warps'"),
+         obj=lambda tmp: packed_loader(put("roles.producer.warps", [1])(producer())),
+         bound_check=True),
+]
+
+
+def _write_tree(tree: Tree, case: Case) -> Path:
+    for name, base, mutation in (("loader", producer, case.loader),
+                                 ("reducer", consumer, case.reducer),
+                                 ("store", epilogue, case.store)):
+        if isinstance(mutation, str):
+            tree.component(name, mutation)
+        else:
+            tree.component(name, mutation(base()) if mutation else base())
+    recipe = case.recipe
+    return tree.recipe(recipe if isinstance(recipe, str)
+                       else recipe(toy_recipe()) if recipe else toy_recipe())
+
+
+def _run(tree: Tree, case: Case) -> None:
+    if case.obj is not None:
+        path = tree.root / "obj" / "foreign.sm_90a.o"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(case.obj(tree.root))
+        obj = read_object(path)
+        if case.bound_check:
+            obj.bound()
+        return
+    tree.check(_write_tree(tree, case), case.arch)
+
+
+def test_the_table_is_long_enough():
+    assert len(CASES) >= 30
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_the_unbroken_tree_checks(tree):
+    kernel = tree.check(_write_tree(tree, Case("ok", PipeLinkError, ())))
+    assert [t.kind for t in kernel.transfers] == ["zero_copy", "registers"]
+    assert kernel.warnings == ()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input_is_refused_naming_what_to_fix(tree, case):
+    with pytest.raises(PipeLinkError) as info:
+        _run(tree, case)
+    assert type(info.value) is case.error, str(info.value)
+    text = str(info.value)
+    for part in case.must:
+        assert part in text, f"{part!r} missing from:\n{text}"
+
+
+def test_every_problem_of_a_recipe_is_reported_at_once(tree):
+    """One run lists every mismatch, so a kernel author fixes them in one pass."""
+    tree.toy()
+    recipe = toy_recipe()
+    recipe["instances"]["load"] = {"component": "loader", "params": {"dtype": "e4m3"}}
+    tree.component("store", put("ports.acc.count", 16)(epilogue()))
+    with pytest.raises(CheckError) as info:
+        tree.check(tree.recipe(recipe))
+    assert len(info.value.problems) == 2
+    assert "connect[0]" in info.value.problems[0] and "connect[1]" in info.value.problems[1]
+
+
+def test_a_conversion_pins_the_consumer_ring_to_the_converter_stages(tree):
+    tree.toy()
+    recipe = toy_recipe()
+    recipe["instances"]["load"] = {"component": "loader", "params": {"dtype": "f32"}}
+    kernel = tree.check(tree.recipe(recipe))
+    assert kernel.transfers[0].kind == "conversion"
+    tunables = {t.name: t.values for t in kernel.problem.tunables}
+    assert tunables["reduce.stages"] == (2,)
+    assert tunables["load.stages"] == tuple(range(2, 9))
+
+
+def test_zero_copy_pins_a_tunable_to_the_other_side_constant(tree):
+    tree.component("loader", producer())
+    tree.component("reducer", chain(drop("tunables"), put("ports.x.stages", 4))(consumer()))
+    tree.component("store", epilogue())
+    kernel = tree.check(tree.recipe(toy_recipe()))
+    assert {t.name: t.values for t in kernel.problem.tunables}["load.stages"] == (4,)
+
+
+def test_check_refuses_objects_the_recipe_does_not_name(tree):
+    tree.toy()
+    recipe = load_recipe(tree.recipe(toy_recipe()))
+    bound = tree.bind(recipe, "sm_90a")
+    bound["extra"] = bound["load"]
+    with pytest.raises(CheckError, match="'extra', which the recipe does not declare"):
+        check(recipe, "sm_90a", bound)
+    del bound["extra"], bound["store"]
+    with pytest.raises(CheckError, match="no contract for instance 'store'"):
+        check(recipe, "sm_90a", bound)
