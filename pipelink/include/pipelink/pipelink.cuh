@@ -14,3 +14,5 @@
 #include "pipelink/tma.cuh"
 #include "pipelink/warp.cuh"
 #include "pipelink/global_handoff.cuh"
+#include "pipelink/wgmma.cuh"
+#include "pipelink/epilogue.cuh"

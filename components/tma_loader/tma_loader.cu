@@ -1,0 +1,57 @@
+// tma_loader: one producer warp feeding a GEMM mainloop. Per work tile (m, n) it
+// streams k_tiles pairs of K-major tiles, A (TILE_M, TILE_K) and B (TILE_N, TILE_K),
+// into two rings with TMA; the copy engine completes each stage's full barrier.
+#include "pl_tma_loader.h"
+
+using Params = pl_params_tma_loader;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kTileK = Params::tile_k;
+constexpr uint32_t kRowBytes = kTileK * sizeof(Element);
+constexpr uint32_t kTileBytesA = kTileM * kRowBytes;   // (TILE_M, TILE_K)
+constexpr uint32_t kTileBytesB = kTileN * kRowBytes;   // (TILE_N, TILE_K)
+constexpr uint32_t kSwizzleBytes = 128;                // the tensor maps' SWIZZLE_128B
+constexpr uint32_t kMaxBoxRows = 256;                  // TMA box limit per dimension
+
+static_assert(kRowBytes == kSwizzleBytes,
+              "a 128-byte-swizzled K-major row holds 128 bytes: set tile_k = 128 / sizeof(dtype)");
+static_assert(kTileM <= kMaxBoxRows && kTileN <= kMaxBoxRows,
+              "a TMA box spans at most 256 rows: lower tile_m or tile_n");
+static_assert(kTileM % 8 == 0 && kTileN % 8 == 0,
+              "swizzle atoms are 8 rows: make tile_m and tile_n multiples of 8");
+
+// Producer's perspective, once: pull both descriptors into the cache early.
+extern "C" __device__ void pl_tma_loader_producer_init(const pl_place_tma_loader&,
+                                                       const pl_args_tma_loader& args,
+                                                       const pl::KernelInfo&,
+                                                       pl_state_tma_loader_producer&) {
+  if (!pl::elect_one_in_warp()) return;
+  pl::tma::prefetch_descriptor(args.tma_a);
+  pl::tma::prefetch_descriptor(args.tma_b);
+}
+
+// Producer's perspective, per tile: one elected lane waits for free stages and issues
+// every copy; the stage's full barrier expects the tile's bytes.
+extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
+                                                  const pl_args_tma_loader& args,
+                                                  const pl::KernelInfo&, const pl::WorkTile& tile,
+                                                  pl_state_tma_loader_producer& st) {
+  if (!pl::elect_one_in_warp()) return;
+  const int32_t row_a = tile.m_block * int32_t(kTileM);
+  const int32_t row_b = tile.n_block * int32_t(kTileN);
+  for (uint32_t k = 0; k < args.k_tiles; ++k) {
+    const int32_t col = int32_t(k * kTileK);
+    pl::producer_acquire(at.port.a, st.a);
+    pl::producer_expect(at.port.a, st.a, kTileBytesA);
+    pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,
+                     pl::full_barrier(at.port.a, st.a), col, row_a);
+    pl::producer_acquire(at.port.b, st.b);
+    pl::producer_expect(at.port.b, st.b, kTileBytesB);
+    pl::tma::load_2d(pl::stage_offset(at.port.b, st.b), args.tma_b,
+                     pl::full_barrier(at.port.b, st.b), col, row_b);
+    st.a.advance(at.port.a);
+    st.b.advance(at.port.b);
+  }
+}

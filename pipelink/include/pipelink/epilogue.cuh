@@ -1,0 +1,115 @@
+// Epilogue building blocks: the fp32 accumulator fragment a wgmma mainloop hands
+// over in registers, bf16 staging of it in a 128-byte-swizzled shared-memory tile
+// (stmatrix, bank-conflict free), and the staged TMA store protocol.
+//
+// Register layout "wgmma_f32_m64nN_wg_rows" (the name contracts use for it): a role
+// of W warpgroups holds a (64 W) x N fp32 tile; warpgroup g owns rows [64g, 64g+64);
+// thread t of that warpgroup holds N/2 floats, float i at
+//   row = 64 g + 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2)
+//   col =  8 (i / 4) + 2 (t % 4) + i % 2
+// So per 8-column block j a thread holds floats 4j, 4j+1 (row r, columns c, c+1) and
+// 4j+2, 4j+3 (row r+8, the same columns): exactly the wgmma .m64nNk16 fp32 D
+// fragment, and, per 8x8 block, the fragment stmatrix stores.
+//
+// Arch-neutral from sm_90 on (stmatrix, TMA stores, async-proxy fence).
+#pragma once
+
+#include <cstdint>
+#include <cuda_bf16.h>
+
+#include "pipelink/named_barrier.cuh"
+#include "pipelink/smem.cuh"
+#include "pipelink/tma.cuh"
+#include "pipelink/warp.cuh"
+
+namespace pl::epi {
+
+constexpr uint32_t kRowsPerWarpgroup = 64;
+constexpr uint32_t kRowsPerWarp = 16;
+constexpr uint32_t kBlockCols = 8;           // columns of one 8x8 block
+constexpr uint32_t kFloatsPerBlock = 4;      // a thread's share of one 8-column block
+constexpr uint32_t kHalfRows = 8;            // float 4j+2 sits this many rows below 4j
+
+// A 128-byte-swizzled staging tile (what TMA's SWIZZLE_128B expects): rows of 128
+// bytes; 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+constexpr uint32_t kSwizzleRowBytes = 128;
+constexpr uint32_t kChunkBytes = 16;
+constexpr uint32_t kSwizzleRows = 8;
+constexpr uint32_t kSwizzleAtomBytes = kSwizzleRowBytes * kSwizzleRows;  // tile alignment
+
+// stmatrix .x4 stores four 8x8 blocks per warp: lanes 8m..8m+7 address the rows of
+// block m.
+constexpr uint32_t kStmatrixRows = 8;
+
+// First of the 16 tile rows held by the warp of `thread_in_role` (4 warps x 16 rows
+// per warpgroup, warpgroups in row order).
+__device__ __forceinline__ uint32_t warp_row(uint32_t thread_in_role) {
+  return thread_in_role / kWarpThreads * kRowsPerWarp;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);   // lo -> lower address
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ uint32_t sw128_offset(uint32_t row, uint32_t chunk) {
+  return row * kSwizzleRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
+}
+
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1,
+                                            uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// Warp-collective: stores blocks `block` and `block + 1` (8-column blocks within a
+// 128-byte staging row) of this warp's 16 rows, from `first_row` on, into the
+// swizzled tile at shared-memory offset `tile`.
+// packed = this thread's bf16 pair of {block b, upper 8 rows; block b, lower 8 rows;
+// block b+1, upper 8 rows; block b+1, lower 8 rows}: floats 4b..4b+3, 4b+4..4b+7 of
+// the fragment, packed in order.
+__device__ __forceinline__ void stage_block_pair(uint32_t tile, uint32_t first_row,
+                                                 uint32_t block, const uint32_t (&packed)[4]) {
+  const uint32_t which = lane() / kStmatrixRows;              // 8x8 block this lane addresses
+  const uint32_t row = first_row + (which % 2) * kHalfRows + lane() % kStmatrixRows;
+  const uint32_t chunk = block + which / 2;                   // one 8-column block = 16 bytes
+  stmatrix_x4(smem_addr(tile + sw128_offset(row, chunk)), packed[0], packed[1], packed[2],
+              packed[3]);
+}
+
+// The staged TMA store of one tile in column chunks, with BUFFERS staging tiles in
+// rotation. Every thread of the role calls begin/finish around writing a chunk; one
+// thread (the issuer, always the same) issues the stores, so its bulk groups retire
+// in order and "at most BUFFERS-1 pending" means the buffer about to be reused is
+// free. Chunk k of every tile must use buffer k % BUFFERS (tiles hold a multiple of
+// BUFFERS chunks) so the rotation continues across tiles.
+template <uint32_t BUFFERS>
+struct StagedStore {
+  uint32_t barrier;    // placed named-barrier id
+  uint32_t threads;    // threads of the role
+  bool issuer;
+
+  // Before writing a staging buffer: the store that last read it has finished reading.
+  __device__ __forceinline__ void begin() const {
+    if (issuer) tma::store_wait_read<BUFFERS - 1>();
+    named_sync(barrier, threads);
+  }
+
+  // After every thread wrote the buffer: make the writes visible to TMA and store it.
+  __device__ __forceinline__ void finish(const void* map, uint32_t buffer, int32_t col,
+                                         int32_t row) const {
+    fence_proxy_async_smem();
+    named_sync(barrier, threads);
+    if (issuer) {
+      tma::store_2d(map, buffer, col, row);
+      tma::store_commit();
+    }
+  }
+
+  // Once, after the last tile: the stores are complete before the block may exit.
+  __device__ __forceinline__ void drain() const {
+    if (issuer) tma::store_wait<0>();
+  }
+};
+
+}  // namespace pl::epi

@@ -1,0 +1,163 @@
+// Hopper warpgroup MMA (wgmma.mma_async) on shared-memory operands: matrix
+// descriptors for 128-byte-swizzled K-major tiles, the fence/commit/wait protocol,
+// and the bf16 x bf16 -> fp32 instruction for N = 64, 128 and 256.
+//
+// The instructions exist on sm_90a only: a component that calls these lists just
+// sm_90a in its arch (pipelink.cuh includes this header everywhere; uncalled, it
+// emits nothing).
+//
+// Accumulator fragment (PTX ISA, "wgmma .m64nNk16 register fragment D"): thread t
+// of the warpgroup holds N/2 floats; float i sits at
+//   row = 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2)
+//   col =  8 * (i / 4)  + 2 * (t % 4)  + i % 2
+// pipelink/epilogue.cuh names this layout for register hand-offs.
+#pragma once
+
+#include <cstdint>
+
+#include "pipelink/smem.cuh"
+
+namespace pl::wgmma {
+
+constexpr uint32_t kM = 64;                    // rows of A and D per warpgroup instruction
+constexpr uint32_t kK = 16;                    // K per instruction for 16-bit inputs
+constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
+constexpr uint32_t kSwizzleRows = 8;           // rows in one swizzle atom
+constexpr uint32_t kSwizzleAtomBytes = kSwizzleBytes * kSwizzleRows;  // base alignment
+constexpr uint32_t kDescUnit = 16;             // descriptor addresses count 16-byte units
+
+// Descriptor fields (PTX ISA, "Matrix Descriptor Format"): 14-bit start address,
+// leading- and stride-dimension byte offsets, all in 16-byte units; swizzle mode in
+// bits 62-63.
+constexpr uint32_t kDescAddressBits = 14;
+constexpr uint32_t kDescLeadingShift = 16;
+constexpr uint32_t kDescStrideShift = 32;
+constexpr uint32_t kDescSwizzleShift = 62;
+constexpr uint64_t kDescSwizzle128B = 1;
+// K-major with a 128-byte swizzle: one instruction's K (32 bytes) never leaves a
+// swizzled row, so the leading offset is not used; 1 by convention.
+constexpr uint64_t kDescLeadingUnused = 1;
+// Eight-row groups of a K-major, 128-byte-swizzled tile sit one atom apart.
+constexpr uint64_t kDescStrideSw128 = kSwizzleAtomBytes / kDescUnit;
+
+// Descriptor of a K-major bf16 tile TMA wrote with a 128-byte swizzle at the placed
+// shared-memory `offset` (a multiple of 1024, relative to the dynamic window).
+__device__ __forceinline__ uint64_t desc_sw128_kmajor(uint32_t offset) {
+  const uint64_t start = (smem_addr(offset) / kDescUnit) & ((1u << kDescAddressBits) - 1);
+  return start | (kDescLeadingUnused << kDescLeadingShift) |
+         (kDescStrideSw128 << kDescStrideShift) | (kDescSwizzle128B << kDescSwizzleShift);
+}
+
+// The descriptor `bytes` further along K inside the same swizzled rows: the hardware
+// applies the swizzle to the final address, so K steps just move the start address.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + bytes / kDescUnit;
+}
+
+// Orders this warpgroup's register and shared-memory accesses before the wgmma that
+// follows (needed before the first wgmma of a batch).
+__device__ __forceinline__ void fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// Closes the batch of wgmma issued since the last commit.
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Waits until at most N committed batches are still running.
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+
+// Pins accumulator registers at this point of the program: the compiler may not
+// move their reads or writes across it (wgmma writes them asynchronously).
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// D (64 x N, fp32) = A * B^T (+ D when `accumulate` is non-zero), A and B from
+// shared memory through descriptors. Specialised for the N this header supports.
+template <int N>
+__device__ __forceinline__ void mma_bf16_ss(float (&)[N / 2], uint64_t, uint64_t, uint32_t) {
+  static_assert(N < 0, "wgmma tiles here are 64, 128 or 256 wide: change tile_n");
+}
+
+#define PL_WGMMA_D8(d, i)                                                                 \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),         \
+      "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// D (64 x 64, fp32) += A (64 x 16, bf16, smem) * B (64 x 16, bf16, smem)^T; both K-major.
+template <>
+__device__ __forceinline__ void mma_bf16_ss<64>(float (&d)[32], uint64_t a, uint64_t b,
+                                                uint32_t accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D (64 x 128, fp32) += A (64 x 16, bf16, smem) * B (128 x 16, bf16, smem)^T; both K-major.
+template <>
+__device__ __forceinline__ void mma_bf16_ss<128>(float (&d)[64], uint64_t a, uint64_t b,
+                                                 uint32_t accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
+        PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D (64 x 256, fp32) += A (64 x 16, bf16, smem) * B (256 x 16, bf16, smem)^T; both K-major.
+template <>
+__device__ __forceinline__ void mma_bf16_ss<256>(float (&d)[128], uint64_t a, uint64_t b,
+                                                 uint32_t accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71,"
+      "%72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87,"
+      "%88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103,"
+      "%104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119,"
+      "%120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
+        PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56),
+        PL_WGMMA_D8(d, 64), PL_WGMMA_D8(d, 72), PL_WGMMA_D8(d, 80), PL_WGMMA_D8(d, 88),
+        PL_WGMMA_D8(d, 96), PL_WGMMA_D8(d, 104), PL_WGMMA_D8(d, 112), PL_WGMMA_D8(d, 120)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+#undef PL_WGMMA_D8
+
+}  // namespace pl::wgmma
