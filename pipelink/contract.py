@@ -62,6 +62,12 @@ def _path_order(path: Any) -> tuple:
     return tuple((0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in path)
 
 
+def _key_text(key: Any) -> str:
+    """A key as a path element: plain names as they are, anything odd in brackets."""
+    text = str(key)
+    return text if re.fullmatch(r"[A-Za-z0-9_-]+", text) else f"[{json.dumps(key, default=str)}]"
+
+
 def _kinds(alternatives: list[Any]) -> list[str]:
     """What each alternative of a oneOf accepts, flattened: integer, string, object..."""
     out: list[str] = []
@@ -86,13 +92,13 @@ def schema_error(validator: jsonschema.Validator, data: Any, where: str,
     if not errors:
         return
     first = errors[0]
-    path = [str(p) for p in first.absolute_path]
+    path = [_key_text(p) for p in first.absolute_path]
     message = first.message
     schema = first.schema if isinstance(first.schema, dict) else {}
     hint = schema.get("description")
     if first.validator == "additionalProperties" and isinstance(first.instance, dict):
         allowed = sorted(schema.get("properties", {}))
-        extra = sorted(str(k) for k in first.instance if k not in allowed)
+        extra = sorted(_key_text(k) for k in first.instance if k not in allowed)
         path.append(extra[0] if extra else "?")
         message = "unknown key"
         hint = "allowed keys here: " + (", ".join(allowed) or "none")
@@ -104,7 +110,7 @@ def schema_error(validator: jsonschema.Validator, data: Any, where: str,
         message = "missing (required)"
         hint = schema.get("properties", {}).get(path[-1], {}).get("description") \
             or "add the key"
-    key = ".".join(path) or "<top>"
+    key = ".".join(path).replace(".[", "[") or "<top>"
     raise error(f"key '{key}': {message}", where=where, hint=hint)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 from collections.abc import Callable, Mapping
 
 from .errors import ContractError
@@ -127,7 +128,9 @@ def _parse(text: object, where: str) -> ast.Expression:
                             f"{MAX_EXPR_CHARS}", where=where,
                             hint="name the parts as params, or compute the value")
     try:
-        return ast.parse(text, mode="eval")
+        with warnings.catch_warnings():  # '1if x' warns before it fails: say it once, below
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ContractError(f"cannot parse expression {text!r}: {exc.msg}", where=where,
                             hint=_SYNTAX_HINT) from None
