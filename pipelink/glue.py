@@ -25,6 +25,7 @@ from .errors import GlueError
 from .problem import THREADS_PER_WARP, WARPGROUP_WARPS, Placement
 
 MBARRIER_BYTES = 8
+CONVERTER_THREADS = CONVERTER_WARPS * THREADS_PER_WARP
 TENSORMAP_BYTES = 128
 _ARG_LAYOUT = {  # kernel-parameter type, size, alignment per contract arg type
     "tensormap": ("pl::TensorMap", TENSORMAP_BYTES, 64), "u64": ("uint64_t", 8, 8),
@@ -140,6 +141,9 @@ class _Glue:
           f"shared memory, setmaxnreg per warpgroup {list(self.p.warpgroup_regs)}.")
         w("#include <cstddef>")
         w("#include <cstdint>")
+        w("#include <cuda_bf16.h>")
+        w("#include <cuda_fp16.h>")
+        w("#include <cuda_fp8.h>")
         w('#include "pipelink/pipelink.cuh"')
         w()
         self.includes()
@@ -271,13 +275,14 @@ class _Glue:
 
     def converter_function(self) -> None:
         w = self.w
-        w("// A generated conversion: waits on the producer's stage, converts it element by")
-        w("// element into its own ring (dtype and/or row/column-major), releases the")
-        w("// producer's stage and fills its own.")
+        w("// A generated conversion, run by every thread of its warps: waits on the")
+        w("// producer's stage and its own empty stage, converts element by element (dtype")
+        w("// and/or row/column-major), then each thread releases the producer's stage and")
+        w("// fills its own (both barriers count every converter thread).")
         w("template <class From, class To, bool kTranspose, int kRows, int kCols>")
         w.open("__device__ __forceinline__ void pl_convert_stage("
                "const pl::PipePort& from, pl::PipeState& sf, const pl::PipePort& to, "
-               "pl::PipeState& st, uint32_t thread, uint32_t threads, uint32_t sync_id)")
+               "pl::PipeState& st, uint32_t thread, uint32_t threads)")
         w("pl::consumer_wait(from, sf);")
         w("pl::producer_acquire(to, st);")
         w("const From* src = pl::smem_ptr<const From>(pl::stage_offset(from, sf));")
@@ -287,12 +292,10 @@ class _Glue:
         w("const uint32_t out = kTranspose ? col * kRows + row : e;")
         w("dst[out] = To(float(src[e]));")
         w.close()
-        w("pl::fence_proxy_async_smem();  // the consumer may read it with TMA or wgmma")
-        w("pl::named_sync(sync_id, threads);")
-        w.open("if (thread == 0)")
+        w("// Ordinary loads and stores meet TMA (async proxy) writes and reads on both rings.")
+        w("pl::fence_proxy_async_smem();")
         w("pl::consumer_release(from, sf);")
         w("pl::producer_commit(to, st);")
-        w.close()
         w("sf.advance(from);")
         w("st.advance(to);")
         w.close()
@@ -318,7 +321,8 @@ class _Glue:
             w.open(f"if ({cond})")
             self.setmaxnreg(regs)
             for lane_name, slot in self.lanes_in(first, last):
-                w.open(f"if (warp >= {slot.warp_base} && warp < {slot.warp_base + slot.warps})")
+                lo = f"warp >= {slot.warp_base} && " if slot.warp_base else ""
+                w.open(f"if ({lo}warp < {slot.warp_base + slot.warps})")
                 self.lane_body(lane_name)
                 w.close()
             w.close()
@@ -362,7 +366,7 @@ class _Glue:
             if t.kind == "conversion":
                 full = self.p.smem[f"{t.converter}.mbar.full"][0]
                 empty = self.p.smem[f"{t.converter}.mbar.empty"][0]
-                out.append((full, CONVERTER_STAGES, 1, f"{t.converter} full"))
+                out.append((full, CONVERTER_STAGES, CONVERTER_THREADS, f"{t.converter} full"))
                 out.append((empty, CONVERTER_STAGES, self.arrivals_of(t.dst),
                             f"{t.converter} empty"))
         return out
@@ -373,8 +377,9 @@ class _Glue:
             raise GlueError(f"output ring '{inst}.{port}' has no consumer: its producer "
                             "would wait forever for an empty stage",
                             hint="connect it, or remove the instance")
-        # A converter releases the producer's stage with one arrival.
-        return sum(1 if t.kind == "conversion" else self.arrivals_of(t.dst) for t in feeds)
+        # Every converter thread releases the producer's stage.
+        return sum(CONVERTER_THREADS if t.kind == "conversion" else self.arrivals_of(t.dst)
+                   for t in feeds)
 
     def arrivals_of(self, end: object) -> int:
         b = self.k.bound[end.instance]
@@ -383,7 +388,11 @@ class _Glue:
                       self.tunables(end.instance))
 
     def warpgroup_runs(self) -> list[tuple[int, int, int]]:
-        """Consecutive warpgroups with one setmaxnreg value share a branch."""
+        """Consecutive warpgroups with one setmaxnreg value share a branch (all of
+        them, when no role moves registers)."""
+        if not self.uses_setmaxnreg():
+            last = len(self.p.warpgroup_regs) - 1
+            return [(0, last, self.p.launch_regs)]
         runs: list[tuple[int, int, int]] = []
         for wg, regs in enumerate(self.p.warpgroup_regs):
             if runs and runs[-1][2] == regs and self.same_lanes(runs[-1][1], wg):
@@ -399,9 +408,12 @@ class _Glue:
                    for s in self.p.roles.values())
 
     def lanes_in(self, first: int, last: int) -> list[tuple[str, object]]:
+        """Lanes overlapping the warpgroups [first, last]: a lane that straddles two
+        branches runs in both, each thread in the branch of its own warp."""
         lo, hi = first * WARPGROUP_WARPS, (last + 1) * WARPGROUP_WARPS
         return sorted(((name, s) for name, s in self.p.roles.items()
-                       if lo <= s.warp_base < hi), key=lambda e: e[1].warp_base)
+                       if s.warp_base < hi and s.warp_base + s.warps > lo),
+                      key=lambda e: e[1].warp_base)
 
     def setmaxnreg(self, regs: int) -> None:
         if not self.uses_setmaxnreg():
@@ -488,7 +500,6 @@ class _Glue:
         count = (f"args_{t.src.instance}.{per_tile[5:]}" if per_tile.startswith("args.")
                  else str(sb.eval(per_tile, f"ports.{sport.name}.per_tile",
                                   self.tunables(t.src.instance))))
-        threads = CONVERTER_WARPS * THREADS_PER_WARP
         w("pl::PipeState from_state{}, to_state{};")
         w(f"const uint32_t thread = threadIdx.x - {slot.warp_base * THREADS_PER_WARP};")
         w.open("for (uint32_t iteration = 0;; ++iteration)")
@@ -497,7 +508,7 @@ class _Glue:
         w.open(f"for (uint32_t i = 0; i < {count}; ++i)")
         w(f"pl_convert_stage<{from_t}, {to_t}, {transpose}, {rows}, {cols}>("
           f"pl_cvt_from_{t.converter}, from_state, pl_cvt_to_{t.converter}, to_state, thread, "
-          f"{threads}, {self.p.barriers[f'{t.converter}.sync']});")
+          f"{CONVERTER_THREADS});")
         w.close()
         w.close()
 

@@ -190,11 +190,21 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
         "workspace": {"bytes": kernel.workspace_bytes,
                       "counters": sorted([g.counter_offset, 4 * g.slots]
                                          for g in kernel.workspace.values())},
-        "launch": kernel.recipe.launch,
+        "launch": launch_spec(kernel.recipe.launch),
         "toolchain": tc.versions(),
         "inputs": {inst: obj.header["ltoir_sha256"] for inst, obj in sorted(objects.items())},
         "cubin_sha256": sha256_text(cubin),
     }
+
+
+def launch_spec(launch: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's host-side launch, with inputs and outputs as ordered lists (the
+    call's positional order must survive kernel.json's sorted keys)."""
+    out = dict(launch)
+    for key in ("inputs", "outputs"):
+        if key in out:
+            out[key] = [{"name": name, **spec} for name, spec in out[key].items()]
+    return out
 
 
 def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
@@ -226,7 +236,11 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
         glue_ir = compile_glue(source, kernel.bound, opts, tc, stage_root)
         timings["glue"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        inputs = [(f"{inst}.ltoir", obj.ltoir) for inst, obj in loaded.items()]
+        # Two instances of one (component, params) share one object: add it once.
+        unique = {obj.header["ltoir_sha256"]: (inst, obj) for inst, obj in
+                  reversed(list(loaded.items()))}
+        inputs = [(f"{inst}.ltoir", obj.ltoir) for inst, obj in sorted(unique.values(),
+                                                                      key=lambda e: e[0])]
         inputs.append(("glue.ltoir", glue_ir))
         cubin = run_nvjitlink(inputs, nvjitlink_options(opts))
         ptx = None

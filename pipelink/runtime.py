@@ -117,7 +117,9 @@ def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, name: str) 
                 64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
     tmap = _ok(drv.cuTensorMapEncodeTiled(
         getattr(drv.CUtensorMapDataType, dtypes[info.dtype]), rank, info.ptr,
-        list(reversed(info.shape)), strides, box, [1] * rank,
+        [drv.cuuint64_t(d) for d in reversed(info.shape)],
+        [drv.cuuint64_t(s) for s in strides], [drv.cuuint32_t(b) for b in box],
+        [drv.cuuint32_t(1)] * rank,
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(drv.CUtensorMapSwizzle, swizzles[swizzle]),
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -247,7 +249,8 @@ class Op:
 
     def sizes(self, inputs: dict[str, Any]) -> dict[str, int]:
         sizes: dict[str, int] = {"num_sms": _num_sms()}
-        for name, spec in self.spec["inputs"].items():
+        for spec in self.spec["inputs"]:
+            name = spec["name"]
             info = tensor_info(inputs[name], name)
             if len(info.shape) != len(spec["shape"]):
                 raise RuntimeLaunchError(f"input '{name}' has shape {list(info.shape)}, "
@@ -258,7 +261,8 @@ class Op:
             for dim, want in zip(info.shape, spec["shape"], strict=True):
                 if isinstance(want, str) and want.isidentifier() and want not in sizes:
                     sizes[want] = dim
-        for name, spec in self.spec["inputs"].items():
+        for spec in self.spec["inputs"]:
+            name = spec["name"]
             actual = list(tensor_info(inputs[name], name).shape)
             wanted = [self._eval(d, sizes, f"inputs.{name}") for d in spec["shape"]]
             if actual != wanted:
@@ -274,14 +278,15 @@ class Op:
 
     def __call__(self, *args: Any, stream: int = 0, out: dict[str, Any] | None = None) -> Any:
         import torch
-        names = list(self.spec["inputs"])
+        names = [spec["name"] for spec in self.spec["inputs"]]
         if len(args) != len(names):
             raise RuntimeLaunchError(f"expected {len(names)} inputs ({', '.join(names)}), got "
                                      f"{len(args)}")
         tensors = dict(zip(names, args, strict=True))
         sizes = self.sizes(tensors)
         outputs = dict(out or {})
-        for name, spec in self.spec.get("outputs", {}).items():
+        for spec in self.spec.get("outputs", []):
+            name = spec["name"]
             if name not in outputs:
                 shape = [self._eval(d, sizes, f"outputs.{name}") for d in spec["shape"]]
                 outputs[name] = torch.empty(shape, dtype=_torch_dtype(spec["dtype"]),
@@ -294,7 +299,7 @@ class Op:
         grid = ([sizes["num_sms"]] if self.spec.get("persistent")
                 else [self._eval(g, sizes, "grid") for g in self.spec.get("grid", [1])])
         self.kernel.launch(grid, bound, stream)
-        result = [outputs[n] for n in self.spec.get("outputs", {})]
+        result = [outputs[spec["name"]] for spec in self.spec.get("outputs", [])]
         return result[0] if len(result) == 1 else tuple(result)
 
 

@@ -4,6 +4,12 @@
 //   consumer: wait(state)    -> read stage                  -> release(state)
 //   both:     state.advance(port)
 //
+// A consumer that reads a stage with ordinary loads and hands it back to a TMA
+// producer must fence first: the copy engine (async proxy) writes the stage next,
+// and without `pl::fence_proxy_async_smem()` in every reading thread before the
+// release (or before the named barrier that precedes an elected release) the
+// overwrite can overtake the reads.
+//
 // The glue owns each PipeState and keeps it across work tiles, so a component
 // handles one tile per call and the ring never restarts out of phase.
 #pragma once

@@ -1,0 +1,35 @@
+"""Builds the kernels the gpu tests and benchmarks load, into build/gpu/.
+
+    python -m tests.gpu.build [recipe ...]
+
+Runs where nvcc, nvJitLink and OR-Tools are (this is the CPU side); the GPU machine
+only loads the results, so carry build/gpu there.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pipelink.build import build_objects, default_index
+from pipelink.link import LinkOptions, link_kernel
+from pipelink.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ["pipeline_demo"]
+
+
+def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:
+    index = default_index(ROOT)
+    for name in names:
+        recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
+        objects = build_objects(recipe, "sm_90a", index, out / "obj" / "sm_90a")
+        for mode, folder in (("linked", "sm_90a"), ("mono", "mono")):
+            result = link_kernel(recipe, objects, out / folder / name,
+                                 LinkOptions("sm_90a", mode=mode), index=index)
+            print(f"{result.cubin}: {result.placement.threads} threads, "
+                  f"{result.placement.smem_bytes} B smem")
+
+
+if __name__ == "__main__":
+    build(sys.argv[1:] or DEFAULT)
