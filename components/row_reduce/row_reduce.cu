@@ -81,6 +81,8 @@ extern "C" __device__ void pl_row_reduce_reduce(const pl_place_row_reduce& at,
         rotated[i] += chunk_sum(chunks[group * kGroupChunks + c]);
       }
     }
+    // The producer's TMA (async proxy) overwrites the stage next: order the reads first.
+    pl::fence_proxy_async_smem();
     pl::consumer_release(at.port.x, st.x);
     st.x.advance(at.port.x);
   }
