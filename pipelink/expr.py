@@ -130,7 +130,7 @@ def _parse(text: object, where: str) -> ast.Expression:
     try:
         with warnings.catch_warnings():  # '1if x' warns before it fails: say it once, below
             warnings.simplefilter("ignore", SyntaxWarning)
-            return ast.parse(text, mode="eval")
+            return ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ContractError(f"cannot parse expression {text!r}: {exc.msg}", where=where,
                             hint=_SYNTAX_HINT) from None
