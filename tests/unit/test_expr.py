@@ -1,0 +1,165 @@
+"""The contract expression language: what it computes, what it refuses, and that it
+never reaches Python's eval."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+import pytest
+
+from pipelink import expr
+from pipelink.errors import ContractError
+
+ENV = {"rows": 128, "cols": 64, "stages": 4, "dtype": "bf16", "wide": "f32", "zero": 0,
+       "neg": -3, "flag": True}
+
+EVALUATES = [
+    ("42", 42),
+    (42, 42),
+    ("rows", 128),
+    ("rows*cols", 8192),
+    ("stages*rows*cols*sizeof(dtype)", 65536),
+    ("rows*cols*sizeof(wide)", 32768),
+    ("sizeof(bf16) + sizeof(e4m3) + sizeof(f32)", 7),
+    ("rows // 32", 4),
+    ("7 // 2", 3),
+    ("-7 // 2", -4),
+    ("rows % 48", 32),
+    ("2**10", 1024),
+    ("2**63 + (2**63 - 1)", 2**64 - 1),
+    ("-rows", -128),
+    ("+rows", 128),
+    ("neg * neg", 9),
+    ("(rows + cols) * 2", 384),
+    ("min(rows, cols, 100)", 64),
+    ("max(rows, cols)", 128),
+    ("ceil_div(rows, 48)", 3),
+    ("ceil_div(96, 48)", 2),
+    ("align_up(100, 64)", 128),
+    ("align_up(128, 64)", 128),
+    ("  rows  ", 128),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), EVALUATES, ids=[str(t) for t, _ in EVALUATES])
+def test_evaluates(text, value):
+    assert expr.evaluate(text, ENV, where="c.yaml: smem.a.bytes") == value
+
+
+REFUSED = [
+    # (text, substring of the message)
+    ("rows.bit_length()", "'Call' is not allowed"),
+    ("rows.real", "'Attribute' is not allowed"),
+    ("__import__('os').system('true')", "'Call' is not allowed"),
+    ("open('/etc/passwd')", "unknown function 'open'"),
+    ("eval('1')", "unknown function 'eval'"),
+    ("min(rows, key=abs)", "'Call' is not allowed"),
+    ("(lambda: 1)()", "'Call' is not allowed"),
+    ("lambda: 1", "'Lambda' is not allowed"),
+    ("[rows][0]", "'Subscript' is not allowed"),
+    ("rows if stages else cols", "'IfExp' is not allowed"),
+    ("rows < cols", "'Compare' is not allowed"),
+    ("rows and cols", "'BoolOp' is not allowed"),
+    ("not rows", "is not allowed"),
+    ("~rows", "is not allowed"),
+    ("rows / 2", "operator 'Div' is not allowed"),
+    ("rows << 2", "operator 'LShift' is not allowed"),
+    ("rows & 2", "operator 'BitAnd' is not allowed"),
+    ("1.5", "literal 1.5 is not an integer"),
+    ("'abc'", "literal 'abc' is not an integer"),
+    ("True", "literal True is not an integer"),
+    ("rowz", "unbound name 'rowz'"),
+    ("dtype * 2", "'dtype' is 'bf16', not an integer"),
+    ("flag + 1", "'flag' is True, not an integer"),
+    ("rows // zero", "division by zero"),
+    ("rows % zero", "division by zero"),
+    ("ceil_div(rows, 0)", "ceil_div takes two arguments, the second non-zero"),
+    ("align_up(rows)", "align_up takes two arguments"),
+    ("min()", "min() needs arguments"),
+    ("sizeof(rows)", "sizeof(rows): 128 is not a dtype"),
+    ("sizeof(bf17)", "sizeof(bf17): 'bf17' is not a dtype"),
+    ("sizeof(dtype, wide)", "sizeof takes one dtype name"),
+    ("2**65", "exponent 65 out of range 0..64"),
+    ("2**-1", "exponent -1 out of range 0..64"),
+    ("9**9**9", "exponent 387420489 out of range"),
+    ("(2**60)**60", "out of the 64-bit range"),
+    ("rows**64", "out of the 64-bit range"),
+    ("2**64", "out of the 64-bit range"),
+    ("18446744073709551616", "out of the 64-bit range"),
+    ("rows*rows*rows*rows*rows*rows*rows*rows*rows*rows", "out of the 64-bit range"),
+    ("rows*", "cannot parse expression 'rows*'"),
+    ("", "cannot parse expression"),
+    ("1 +" + " 1 +" * 300 + " 1", "characters is longer than 500"),
+    ("(" * 201 + "1" + ")" * 201, "cannot parse expression"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), REFUSED, ids=[t[:40] for t, _ in REFUSED])
+def test_refuses(text, message):
+    with pytest.raises(ContractError) as info:
+        expr.evaluate(text, ENV, where="comp/contract.yaml: smem.a.bytes")
+    assert message in str(info.value)
+    assert str(info.value).startswith("comp/contract.yaml: smem.a.bytes: ")
+
+
+@pytest.mark.parametrize("value", [True, None, 1.5, [1], {"a": 1}, 2**64])
+def test_refuses_values_that_are_not_expressions(value):
+    with pytest.raises(ContractError, match="smem.a.bytes"):
+        expr.evaluate(value, ENV, where="c.yaml: smem.a.bytes")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (text, message) for text, message in REFUSED
+    if not any(s in message for s in ("unbound", "not an integer", "division", "not a dtype",
+                                      "64-bit", "exponent", "takes two", "needs arguments",
+                                      "'Call' is not allowed"))])
+def test_names_refuses_the_same_syntax_at_load_time(text, message):
+    """What evaluation would refuse whatever the params are, loading refuses already."""
+    with pytest.raises(ContractError, match="c.yaml: ports.a.count"):
+        expr.names(text, where="c.yaml: ports.a.count")
+
+
+@pytest.mark.parametrize(("text", "names", "sizeofs"), [
+    ("stages*rows*cols*sizeof(dtype)", {"stages", "rows", "cols"}, {"dtype"}),
+    ("min(rows, cols) + max(a, b)", {"rows", "cols", "a", "b"}, set()),
+    ("ceil_div(rows, 32) * sizeof(bf16)", {"rows"}, {"bf16"}),
+    ("min", {"min"}, set()),
+    (64, set(), set()),
+])
+def test_names_and_sizeof_names(text, names, sizeofs):
+    assert expr.names(text) == names
+    assert expr.sizeof_names(text) == sizeofs
+
+
+@pytest.mark.parametrize("depth", [50, 150, 249])
+def test_deep_nesting_evaluates_or_is_refused_never_overflows(depth):
+    for text in ("-" * (2 * depth) + "1", "(" * min(depth, 199) + "1" + ")" * min(depth, 199),
+                 "+".join(["1"] * depth)):
+        try:
+            value = expr.evaluate(text, ENV, where="c.yaml: k")
+        except ContractError as exc:
+            assert "c.yaml: k" in str(exc)
+        else:
+            assert value in (1, depth)
+
+
+def test_never_calls_eval_or_exec(monkeypatch):
+    """ast.parse compiles to a syntax tree only; nothing may compile to code or run it."""
+    real_compile = builtins.compile
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("expressions must never reach eval or exec")
+
+    def tree_only(source, filename, mode, flags=0, *args, **kwargs):
+        assert flags & ast.PyCF_ONLY_AST, "expressions may be parsed, never compiled to code"
+        return real_compile(source, filename, mode, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "eval", forbidden)
+    monkeypatch.setattr(builtins, "exec", forbidden)
+    monkeypatch.setattr(builtins, "compile", tree_only)
+    for text, value in EVALUATES:
+        assert expr.evaluate(text, ENV) == value
+    for text, _ in REFUSED:
+        with pytest.raises(ContractError):
+            expr.evaluate(text, ENV)
