@@ -89,8 +89,9 @@ def _materialise(root: Path, files: dict[str, bytes]) -> Path:
 def cutlass_include() -> Path:
     """CUTLASS/CuTe headers from the nvidia-cutlass wheel."""
     try:
-        import cutlass_library  # noqa: F401  (the wheel ships headers beside it)
         from importlib.util import find_spec
+
+        import cutlass_library  # noqa: F401  (the wheel ships headers beside it)
         spec = find_spec("cutlass_library")
         base = Path(spec.origin).parent if spec and spec.origin else None
     except ImportError:

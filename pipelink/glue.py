@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import expr, header
 from .check import CONVERTER_STAGES, CONVERTER_WARPS, Kernel, Lane, Transfer
+from .compile import INCLUDE_DIR
 from .contract import BoundContract
 from .errors import GlueError
 from .problem import THREADS_PER_WARP, WARPGROUP_WARPS, Placement
@@ -157,6 +158,11 @@ class _Glue:
     def includes(self) -> None:
         w = self.w
         if self.opts.mono:
+            # Everything a component may include goes first, at global scope: included
+            # again inside a component's namespace, its guard makes it a no-op.
+            w("#include <type_traits>")
+            for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
+                w(f'#include "pipelink/{path.relative_to(INCLUDE_DIR / "pipelink")}"')
             sources = dict(self.opts.sources)
             for (name, h), b in sorted(self.distinct.items()):
                 inst = next(i for i, bb in self.k.bound.items() if bb is b)

@@ -1,0 +1,52 @@
+"""GEMM and GEMM + SwiGLU against PyTorch in fp32 on fresh random bf16 inputs.
+
+Runnable alone (for compute-sanitizer) as
+``python -m tests.gpu.gemm_check build/gpu/sm_90a gemm_swiglu 300 1000 200``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+INTERLEAVE = 8  # gate/up rows alternate in blocks of 8 (components/swiglu_epilogue)
+
+
+def interleave(w_gate, w_up):  # noqa: ANN001, ANN201  (torch tensors)
+    """W[16q + r] = W_gate[8q + r], W[16q + 8 + r] = W_up[8q + r]."""
+    import torch
+    i, k = w_gate.shape
+    return torch.stack([w_gate.view(i // INTERLEAVE, INTERLEAVE, k),
+                        w_up.view(i // INTERLEAVE, INTERLEAVE, k)], dim=1).reshape(2 * i, k)
+
+
+def run(folder: str, recipe: str, m: int, n: int, k: int, seed: int = 0) -> float:
+    """Relative error of one launch (outputs poisoned with NaN first)."""
+    import torch
+
+    import pipelink
+    op = pipelink.load(f"{folder}/{recipe}")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    if recipe == "gemm":
+        w = (torch.randn(n, k, device="cuda", generator=gen) / math.sqrt(k)).to(torch.bfloat16)
+        ref = x.float() @ w.float().t()
+        y = op(x, w, out={"c": torch.full((m, n), float("nan"), device="cuda",
+                                          dtype=torch.bfloat16)})
+    else:
+        gate = (torch.randn(n // 2, k, device="cuda", generator=gen) / math.sqrt(k))
+        up = (torch.randn(n // 2, k, device="cuda", generator=gen) / math.sqrt(k))
+        gate, up = gate.to(torch.bfloat16), up.to(torch.bfloat16)
+        ref = torch.nn.functional.silu(x.float() @ gate.float().t()) * (x.float() @ up.float().t())
+        y = op(x, interleave(gate, up), out={"y": torch.full((m, n // 2), float("nan"),
+                                                            device="cuda", dtype=torch.bfloat16)})
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any(), "unwritten (NaN poison) elements remain"
+    return float((y.float() - ref).norm() / ref.norm())
+
+
+if __name__ == "__main__":
+    folder, recipe, *dims = sys.argv[1:]
+    error = run(folder, recipe, *map(int, dims))
+    print(f"{recipe} {dims}: relative error {error:.2e}")
+    sys.exit(0 if error < 1e-2 else 1)
