@@ -72,20 +72,23 @@ PORT = _obj({
 }, ["dir", "kind", "dtype"])
 
 ARG = _obj({
-    "name": IDENT,
-    "type": {"enum": ["u32", "i32", "u64", "f32", "ptr", "tensormap"]},
+    "name": {**IDENT, "description": "the field's name in the pl_args_<component> struct"},
+    "type": {"enum": ["u32", "i32", "u64", "f32", "ptr", "tensormap"],
+             "description": "ptr: a global pointer to dtype; tensormap: a TMA descriptor the "
+                            "host builds, seen as const pl::TensorMap*"},
     "dtype": {**DTYPE_REF, "description": "ptr/tensormap: element type (or a param)"},
     "box": {"type": "array", "items": EXPR, "description": "tensormap: box (inner first)"},
     "swizzle": {"enum": [0, 32, 64, 128], "description": "tensormap: swizzle bytes"},
-    "description": {"type": "string"},
+    "description": {"type": "string", "description": "free text (shape, units)"},
 }, ["name", "type"])
 
 CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "component": {**IDENT,
                   "description": "the component's name; entries are pl_<component>_<role>"},
     "kind": {"enum": ["stage", "scheduler"], "description": "scheduler: provides work tiles"},
-    "description": {"type": "string"},
-    "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True},
+    "description": {"type": "string", "description": "free text: what the component does"},
+    "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
+             "description": "the archs the component compiles for"},
     "source": {"type": "string", "description": "source file (default <component>.cu)"},
     "sources": {"type": "object", "propertyNames": {"enum": ARCHS},
                 "additionalProperties": {"type": "string"},
@@ -120,7 +123,8 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
         "live": LIVE}, ["threads"]), "named barriers (bar.sync ids)"),
     "tmem": _map(_obj({"columns": EXPR}, ["columns"]), "Tensor Memory allocations (sm_100a)"),
     "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                "minItems": 3, "maxItems": 3},
+                "minItems": 3, "maxItems": 3,
+                "description": "the thread-block cluster shape [x, y, z] the component needs"},
     "ports": _map(PORT, "what this component consumes and produces"),
     "args": {"type": "array", "items": ARG, "description": "runtime arguments"},
 }, ["component", "arch"])
@@ -130,39 +134,46 @@ CONNECTION = {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*
 
 RECIPE_SCHEMA: dict[str, Any] = _obj({
     "recipe": {**IDENT, "description": "the recipe's name (the kernel's entry is pl_<recipe>)"},
-    "description": {"type": "string"},
-    "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True},
+    "description": {"type": "string", "description": "free text: what the kernel computes"},
+    "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
+             "description": "the archs the recipe builds"},
     "phases": {"type": "array", "items": IDENT,
                "description": "named phases; smem 'live' ranges index these"},
     "instances": _map({"oneOf": [
         {"type": "string"},
-        _obj({"component": {"type": "string"},
+        _obj({"component": {"type": "string", "description": "the component, for every arch"},
               "per_arch": {"type": "object", "propertyNames": {"enum": ARCHS},
-                           "additionalProperties": {"type": "string"}},
+                           "additionalProperties": {"type": "string"},
+                           "description": "arch -> component, where an arch needs another"},
               "params": {"type": "object", "propertyNames": IDENT,
                          "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
                          "description": "compile-time params of the component"},
               "tunables": {"type": "object", "additionalProperties": {"oneOf": [
                   {"type": "integer"},
-                  {"type": "array", "items": {"type": "integer"}}]}},
+                  {"type": "array", "items": {"type": "integer"}}]},
+                  "description": "pins: tunable -> a value, or the values allowed"},
               })]}, "instance name -> component (or {component, per_arch, params})"),
     "connect": {"type": "array", "items": CONNECTION,
                 "description": "'producer.port -> consumer.port'"},
-    "launch": _obj({
+    "launch": _obj(description="how the host launches the kernel", props={
         "grid": {"description": "host-side grid: integers or expressions over sizes",
                  "type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
                  "minItems": 1, "maxItems": 3},
         "persistent": {"type": "boolean", "description": "grid = number of SMs"},
         "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                    "minItems": 3, "maxItems": 3},
+                    "minItems": 3, "maxItems": 3,
+                    "description": "cluster shape [x, y, z]; components that state one agree"},
         "inputs": {"type": "object", "description": "call(x, w): name -> {dtype, shape}"},
         "outputs": {"type": "object", "description": "allocated outputs: name -> {dtype, shape}"},
         "bind": {"type": "object", "description": "instance.arg -> host expression"},
-        "workspace": {"type": "string"},
+        "workspace": {"type": "string", "description": "reserved"},
     }),
-    "objective": {"oneOf": [
+    "objective": {"description": "what the placer optimises (default "
+                                 "max_tunables_then_min_smem)", "oneOf": [
         {"enum": ["max_tunables_then_min_smem", "min_smem"]},
-        _obj({"maximize": {"type": "array", "items": {"type": "string"}}})]},
+        _obj({"maximize": {"type": "array", "items": {"type": "string"},
+                           "description": "instance.tunable names to maximise; the others "
+                                          "are left to minimise shared memory"}})]},
 }, ["recipe", "arch", "instances"])
 
 
@@ -179,7 +190,8 @@ Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator,
 
 
 def markdown_reference(schema: dict[str, Any], title: str) -> str:
-    """Renders a schema as a Markdown reference (one row per key, nested keys dotted)."""
+    """Renders a schema as a Markdown reference (one row per key, nested keys dotted,
+    ``<name>`` for a key the author chooses, ``[]`` for a list's items)."""
     lines = [f"# {title}", "", "Generated from `pipelink/schema.py`; do not edit.", "",
              "| key | type | required | meaning |", "| --- | --- | --- | --- |"]
     _rows(schema, "", lines, set(schema.get("required", [])))
@@ -204,13 +216,21 @@ def _rows(node: dict[str, Any], prefix: str, lines: list[str], required: set[str
     for key, sub in node.get("properties", {}).items():
         path = f"{prefix}{key}"
         lines.append(f"| `{path}` | {_type_of(sub)} | {'yes' if key in required else ''} | "
-                     f"{sub.get('description', '')} |")
+                     f"{_cell(sub.get('description', ''))} |")
         _descend(sub, path, lines)
+
+
+def _cell(text: str) -> str:
+    """Table-cell text: a '|' would end the cell and '<name>' would vanish as HTML."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _descend(sub: dict[str, Any], path: str, lines: list[str]) -> None:
     if sub.get("type") == "object" and "properties" in sub:
         _rows(sub, path + ".", lines, set(sub.get("required", [])))
+    for alt in sub.get("oneOf", []):
+        if alt.get("type") == "object" and "properties" in alt:
+            _rows(alt, path + ".", lines, set(alt.get("required", [])))
     extra = sub.get("additionalProperties")
     if isinstance(extra, dict) and extra.get("type") == "object":
         _rows(extra, path + ".<name>.", lines, set(extra.get("required", [])))
