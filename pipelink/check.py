@@ -37,6 +37,8 @@ WORKSPACE_ALIGN = 256
 CONVERTER_WARPS = 4            # one warpgroup converts a stage with 16-byte accesses
 CONVERTER_REGISTERS = 64
 CONVERTER_STAGES = 2           # double-buffered: conversion overlaps the consumer
+TMEM_ADDRESS_SLOT = "pl.tmem_address"   # where tcgen05.alloc leaves the base address
+TMEM_ADDRESS_BYTES = 4
 CONVERTIBLE_DTYPES = {"f32", "bf16", "f16"}
 CONVERTIBLE_LAYOUTS = {"row_major", "col_major"}
 
@@ -547,6 +549,10 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
             equal += _stage_ties(bound, t)
         if t.kind == "conversion":
             buffers += _converter_buffers(bound, t)
+    if tmem:
+        buffers.append(Buffer(TMEM_ADDRESS_SLOT, Sized.const(TMEM_ADDRESS_BYTES),
+                              TMEM_ADDRESS_BYTES, None,
+                              "the Tensor Memory address tcgen05.alloc writes"))
     roles = [Role(lane.name, lane.warps, lane.registers, lane.warpgroup,
                   tuple(f"{i}.{r}" for i, r in lane.members),
                   "; ".join(f"{bound[i].contract.path}: roles.{r}" for i, r in lane.members))

@@ -19,11 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import expr, header
-from .check import CONVERTER_STAGES, CONVERTER_WARPS, Kernel, Lane, Transfer
+from .check import (
+    CONVERTER_STAGES,
+    CONVERTER_WARPS,
+    TMEM_ADDRESS_SLOT,
+    Kernel,
+    Lane,
+    Transfer,
+)
 from .compile import INCLUDE_DIR
 from .contract import BoundContract
 from .errors import GlueError
-from .problem import THREADS_PER_WARP, WARPGROUP_WARPS, Placement
+from .problem import THREADS_PER_WARP, TMEM_MIN_COLUMNS, WARPGROUP_WARPS, Placement
 
 MBARRIER_BYTES = 8
 CONVERTER_THREADS = CONVERTER_WARPS * THREADS_PER_WARP
@@ -314,11 +321,11 @@ class _Glue:
         w(f'extern "C" __global__ void __launch_bounds__({p.threads}, 1)')
         w.open(f"{entry_name(k.recipe.name)}(const __grid_constant__ "
                f"pl_params_{k.recipe.name} p)")
-        w("const pl::KernelInfo k = {p.workspace};")
         for inst, b in k.bound.items():
             w(f"const {self.ns(b)}{header.type_names(b)['args']} args_{inst} = "
               f"{self.args_init(inst, b)};")
         self.barrier_init()
+        self.tmem_alloc()
         w("const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);")
         w(f"const uint32_t warpgroup = warp / {WARPGROUP_WARPS};")
         for first, last, regs in self.warpgroup_runs():
@@ -332,6 +339,46 @@ class _Glue:
                 self.lane_body(lane_name)
                 w.close()
             w.close()
+        self.tmem_free()
+        w.close()
+
+    def tmem_columns(self) -> int:
+        """Columns to allocate: the placed extent rounded up to a power of two."""
+        extent = max((col + cols for col, cols in self.p.tmem.values()), default=0)
+        return max(TMEM_MIN_COLUMNS, 1 << (extent - 1).bit_length()) if extent else 0
+
+    def tmem_alloc(self) -> None:
+        """Warp 0 allocates the kernel's Tensor Memory once; every role reads the base
+        address after the barrier, and warp 0 frees it when every role has returned."""
+        w = self.w
+        columns = self.tmem_columns()
+        if not columns:
+            w("const pl::KernelInfo k = {p.workspace, 0};")
+            return
+        slot = self.p.smem[TMEM_ADDRESS_SLOT][0]
+        w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}.")
+        w.open("if (threadIdx.x / 32 == 0)")
+        w(f'asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], '
+          f'{columns};" :: "r"(pl::smem_addr({slot})) : "memory");')
+        w('asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: '
+          '"memory");')
+        w.close()
+        w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
+        w("__syncthreads();")
+        w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
+        w(f"const pl::KernelInfo k = {{p.workspace, *pl::smem_ptr<uint32_t>({slot})}};")
+
+    def tmem_free(self) -> None:
+        columns = self.tmem_columns()
+        if not columns:
+            return
+        w = self.w
+        w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
+        w("__syncthreads();")
+        w.open("if (threadIdx.x / 32 == 0)")
+        w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
+        w(f'asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, {columns};" :: '
+          '"r"(k.tmem_base) : "memory");')
         w.close()
 
     def barrier_init(self) -> None:

@@ -52,6 +52,8 @@ struct RolePlace {
 // Kernel-wide facts the glue passes to every role (its own warps are in RolePlace).
 struct KernelInfo {
   void* workspace;       // global workspace for global hand-offs (may be null)
+  uint32_t tmem_base;    // Tensor Memory address the glue allocated (sm_100a), else 0;
+                         // a component's columns are tmem_base + at.tmem.<alloc>
 };
 
 }  // namespace pl
