@@ -119,6 +119,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     transfers = _check_connections(recipe, bound, problems)
     _check_fixed_barriers(bound, problems)
     _check_clusters(recipe, bound, problems)
+    _check_binds(recipe, bound, problems)
     scheduler = _scheduler(bound, problems)
     problems.raise_if_any()
     lanes = _lanes(recipe, bound, transfers, problems)
@@ -394,6 +395,25 @@ def _check_clusters(recipe: Recipe, bound: dict[str, BoundContract],
         listing = ", ".join(f"{k} {list(v)}" for k, v in sorted(shapes.items()))
         problems.add("launch.cluster", f"cluster shapes disagree: {listing}",
                      "components of one kernel share one cluster shape")
+
+
+def _check_binds(recipe: Recipe, bound: dict[str, BoundContract],
+                 problems: _Problems) -> None:
+    """launch.bind names 'instance.arg' of runtime arguments that exist: a typo would
+    otherwise surface only when the kernel is launched."""
+    for key in recipe.launch.get("bind", {}):
+        inst, _, arg = str(key).partition(".")
+        b = bound.get(inst)
+        if b is None:
+            problems.add(f"launch.bind.{key}", f"'{key}' names instance '{inst}', which is "
+                                               "not under instances",
+                         "instances: " + ", ".join(bound))
+            continue
+        args = [a["name"] for a in b.contract.data.get("args", [])]
+        if arg not in args:
+            problems.add(f"launch.bind.{key}", f"component '{b.name}' (instance '{inst}') has "
+                                               f"no argument '{arg}'",
+                         "its args: " + (", ".join(args) or "none"))
 
 
 def _scheduler(bound: dict[str, BoundContract], problems: _Problems) -> str | None:
