@@ -262,6 +262,13 @@ CASES = [
     Case("recipe_pin_outside_range", CheckError,
          (f"{RECIPE}: instances.load.tunables.stages", "pins 16 outside loader's range"),
          recipe=put("instances.load", {"component": "loader", "tunables": {"stages": 16}})),
+    Case("recipe_bind_unknown_argument", CheckError,
+         (f"{RECIPE}: launch.bind.load.k_tile", "component 'loader' (instance 'load') has no "
+          "argument 'k_tile'", "its args: src, k_tiles"),
+         recipe=put("launch", {"bind": {"load.k_tile": "K // 64"}})),
+    Case("recipe_bind_unknown_instance", CheckError,
+         (f"{RECIPE}: launch.bind.lod.k_tiles", "names instance 'lod'"),
+         recipe=put("launch", {"bind": {"lod.k_tiles": "K // 64"}})),
     # The checker: connected ports.
     Case("check_dtype_mismatch", CheckError,
          (f"{RECIPE}: connect[0]", "'load.tiles' (loader) -> 'reduce.x' (reducer)",
