@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pipelink.check import Kernel, check
-from pipelink.contract import BoundContract
+from pipelink.contract import BoundContract, load_contract
 from pipelink.recipe import ComponentIndex, Recipe, load_recipe, resolve_components
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,9 +132,8 @@ class Tree:
         """Each instance's contract with the recipe's params, as objects would carry it."""
         out = {}
         for name, (inst, path) in resolve_components(recipe, arch, self.index).items():
-            contract = self.index.contract(inst.component)
-            del path
-            out[name] = contract.bind(inst.params, where=recipe.where(f"instances.{name}"))
+            out[name] = load_contract(path).bind(inst.params,
+                                                 where=recipe.where(f"instances.{name}"))
         return out
 
     def check(self, recipe_path: Path, arch: str = "sm_90a") -> Kernel:
