@@ -211,13 +211,14 @@ def _digest_files(paths: list[Path]) -> str:
 def code_digest(step: str) -> str:
     """Hash of the package code a step runs. ``compile``: the modules that compile a
     component (its ABI headers are tracked per object by the include scanner, so a
-    header change recompiles its includers only); ``link``: every module and header
-    (the glue includes them all)."""
+    header change recompiles its includers only); ``link``: the modules that check,
+    place, write glue and link, and every ABI header (the glue includes them)."""
     if step == "compile":
         own = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "sconsrun.py"]
         return _digest_files(sorted({*module_closure(("compile",)), *own}))
     if step == "link":
-        return _digest_files(package_files())
+        code = module_closure(("link", "sconsrun")) + [PACKAGE_DIR / "__init__.py"]
+        return _digest_files(sorted({*code, *INCLUDE_DIR.rglob("*.cuh")}))
     raise ValueError(f"unknown step {step!r}")
 
 
