@@ -38,28 +38,31 @@ def interleave(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
                         w_up.view(i // INTERLEAVE, INTERLEAVE, k)], dim=1).reshape(2 * i, k)
 
 
-def time_ms(fn, runs: int) -> list[float]:  # noqa: ANN001
+def time_ms(fn, runs: int, reps: int = 1) -> list[float]:  # noqa: ANN001
+    """Per-call ms of ``reps`` back-to-back calls between two events, ``runs`` times."""
     out = []
     for _ in range(runs):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(reps):
+            fn()
         end.record()
         end.synchronize()
-        out.append(start.elapsed_time(end))
+        out.append(start.elapsed_time(end) / reps)
     return out
 
 
-def interleaved(fns: dict[str, object], runs: int, warmup: int = 3) -> dict[str, float]:
-    """Median ms of each fn, run in round-robin order (ABAB...)."""
+def interleaved(fns: dict[str, object], runs: int, reps: int, warmup: int = 3
+                ) -> dict[str, float]:
+    """Median per-call ms of each fn; rounds alternate the order (ABC, CBA, ...) so
+    neither drift nor what ran just before favours one of them."""
     for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    torch.cuda.synchronize()
+        time_ms(fn, warmup, reps)
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
-            samples[name] += time_ms(fn, 1)
+    order = list(fns)
+    for r in range(runs):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            samples[name] += time_ms(fns[name], 1, reps)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -82,20 +85,31 @@ def floor_ms(m: int, n: int, k: int, out_cols: int, peak: float, bw: float) -> f
 
 
 class Rotation:
-    """ROTATE input sets, handed out in turn so W is re-read from HBM each launch."""
+    """ROTATE input sets (and output buffers), handed out in turn so W is re-read
+    from HBM on every launch rather than served from L2."""
 
     def __init__(self, m: int, n: int, k: int) -> None:
         self.xs = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
         self.ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / math.sqrt(k)
                    for _ in range(ROTATE)]
+        self.outs = {
+            "gemm": [{"c": torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
+                     for _ in range(ROTATE)],
+            "gemm_swiglu": [{"y": torch.empty(m, n // 2, device="cuda", dtype=torch.bfloat16)}
+                            for _ in range(ROTATE)]}
         self.i = 0
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         self.i = (self.i + 1) % ROTATE
         return self.xs[self.i], self.ws[self.i]
 
+    def call(self, op, recipe: str) -> object:  # noqa: ANN001
+        x, w = self.next()
+        return op(x, w, out=self.outs[recipe][self.i])
 
-def bench_shape(ops: dict, act, m: int, n: int, k: int, runs: int) -> dict[str, dict]:  # noqa: ANN001
+
+def bench_shape(ops: dict, act, m: int, n: int, k: int, runs: int, reps: int  # noqa: ANN001
+                ) -> dict[str, dict]:
     inputs = Rotation(m, n, k)
 
     def cublas() -> torch.Tensor:
@@ -106,12 +120,14 @@ def bench_shape(ops: dict, act, m: int, n: int, k: int, runs: int) -> dict[str, 
         h = cublas()
         return act(h[:, : n // 2], h[:, n // 2:])
 
-    gemm = interleaved({"linked": lambda: ops[("gemm", "linked")](*inputs.next()),
-                        "mono": lambda: ops[("gemm", "mono")](*inputs.next()),
-                        "cublas": cublas}, runs)
-    fused = interleaved({"linked": lambda: ops[("gemm_swiglu", "linked")](*inputs.next()),
-                         "mono": lambda: ops[("gemm_swiglu", "mono")](*inputs.next()),
-                         "cublas_act": cublas_swiglu}, runs)
+    gemm = interleaved({"linked": lambda: inputs.call(ops[("gemm", "linked")], "gemm"),
+                        "mono": lambda: inputs.call(ops[("gemm", "mono")], "gemm"),
+                        "cublas": cublas}, runs, reps)
+    fused = interleaved({"linked": lambda: inputs.call(ops[("gemm_swiglu", "linked")],
+                                                       "gemm_swiglu"),
+                         "mono": lambda: inputs.call(ops[("gemm_swiglu", "mono")],
+                                                     "gemm_swiglu"),
+                         "cublas_act": cublas_swiglu}, runs, reps)
     return {"gemm": gemm, "swiglu": fused}
 
 
@@ -125,8 +141,9 @@ def run(build: Path, quick: bool) -> list[dict[str, object]]:
     rows = []
     for k, n in (SHAPES[:1] if quick else SHAPES):
         for m in (MS[::2] if quick else MS):
-            runs = 20 if m * n * k < 2 ** 40 else 10
-            times = bench_shape(ops, act, m, n, k, runs)
+            flops = 2 * m * n * k
+            reps = max(1, min(20, int(2e12 // flops)))   # ~>= 3 ms of work per sample
+            times = bench_shape(ops, act, m, n, k, runs=15, reps=reps)
             gemm, fused = times["gemm"], times["swiglu"]
             row = {"M": m, "N": n, "K": k, **times,
                    "floor_gemm": floor_ms(m, n, k, n, peak, bw),

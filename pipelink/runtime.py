@@ -29,6 +29,7 @@ TMA_ALIGN = 16                 # bytes: TMA global addresses and strides
 _TORCH_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32",
                  "uint8": "u8", "int8": "i8", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _TYPESTR = {"<f4": "f32", "<f2": "f16", "<i4": "i32", "|u1": "u8", "|i1": "i8", "<u4": "u32"}
+LAUNCH_CACHE = 16              # packed launches kept per op
 _SCALAR = {"u32": "<I", "i32": "<i", "u64": "<Q", "f32": "<f"}
 
 
@@ -198,35 +199,37 @@ class LinkedKernel:
             return encode_tensormap(info, f["box"], f.get("swizzle", 0), name)
         return struct.pack("<Q", info.ptr)
 
-    def workspace(self, stream: int) -> int:
-        """The global hand-off workspace; its counters are zeroed before each launch."""
-        drv = _driver()
+    def workspace_pointer(self) -> int:
+        """The global hand-off workspace (allocated on first use, kept with the kernel)."""
         size = self.meta["workspace"]["bytes"]
         if size == 0:
             return 0
         if self._workspace is None:
-            self._workspace = _ok(drv.cuMemAlloc(size), "allocating the workspace")
-        for offset, nbytes in self.meta["workspace"]["counters"]:
-            _ok(drv.cuMemsetD8Async(int(self._workspace) + offset, 0, nbytes, stream),
-                "zeroing hand-off counters")
+            self._workspace = _ok(_driver().cuMemAlloc(size), "allocating the workspace")
         return int(self._workspace)
 
-    def launch(self, grid: tuple[int, ...] | list[int], args: dict[str, Any],
-               stream: int = 0) -> None:
+    def zero_counters(self, stream: int) -> None:
         drv = _driver()
-        block = self.pack(args)
+        for offset, nbytes in self.meta["workspace"]["counters"]:
+            _ok(drv.cuMemsetD8Async(self.workspace_pointer() + offset, 0, nbytes, stream),
+                "zeroing hand-off counters")
+
+    def prepare(self, grid: tuple[int, ...] | list[int], args: dict[str, Any],
+                stream: int = 0) -> Launch:
+        """Checks and packs the arguments once; the result launches with no more work
+        than cuLaunchKernel (and zeroing hand-off counters, if the kernel has any)."""
+        block = bytearray(self.pack(args))
         grid = (list(grid) + [1, 1])[:3]
         if min(grid) < 1:
             raise RuntimeLaunchError(f"empty grid {grid}")
-        ws = self.workspace(stream)
-        field = self.fields["workspace"]
-        block = (block[:field["offset"]] + struct.pack("<Q", ws)
-                 + block[field["offset"] + 8:])
-        buf = ctypes.create_string_buffer(block, len(block))
-        ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-        bx, by, bz = self.meta["block"]
-        _ok(drv.cuLaunchKernel(self.function, *grid, bx, by, bz, self.meta["dynamic_smem"],
-                               stream, ctypes.addressof(ptrs), 0), "cuLaunchKernel")
+        ws = self.workspace_pointer()
+        offset = self.fields["workspace"]["offset"]
+        block[offset:offset + 8] = struct.pack("<Q", ws)
+        return Launch(self, tuple(grid), bytes(block), stream)
+
+    def launch(self, grid: tuple[int, ...] | list[int], args: dict[str, Any],
+               stream: int = 0) -> None:
+        self.prepare(grid, args, stream)()
 
     def __del__(self) -> None:
         try:
@@ -234,6 +237,25 @@ class LinkedKernel:
                 _driver().cuMemFree(self._workspace)
         except Exception:  # interpreter shutdown: the context may be gone already
             pass
+
+
+class Launch:
+    """One kernel with its parameter block packed: calling it launches."""
+
+    def __init__(self, kernel: LinkedKernel, grid: tuple[int, ...], block: bytes,
+                 stream: int) -> None:
+        self.kernel, self.grid, self.stream = kernel, grid, stream
+        self._buffer = ctypes.create_string_buffer(block, len(block))
+        self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._buffer))
+        self._address = ctypes.addressof(self._params)
+
+    def __call__(self) -> None:
+        k = self.kernel
+        if k.meta["workspace"]["counters"]:
+            k.zero_counters(self.stream)
+        bx, by, bz = k.meta["block"]
+        _ok(_driver().cuLaunchKernel(k.function, *self.grid, bx, by, bz, k.meta["dynamic_smem"],
+                                     self.stream, self._address, 0), "cuLaunchKernel")
 
 
 class Op:
@@ -246,6 +268,12 @@ class Op:
             raise RuntimeLaunchError("the recipe states no host-side launch (launch.inputs)",
                                      where=str(folder),
                                      hint="use LinkedKernel.launch with explicit arguments")
+        self._tensor_names = {s["name"] for s in self.spec["inputs"]} | {
+            s["name"] for s in self.spec.get("outputs", [])}
+        self._plans: dict[tuple, dict[str, Any]] = {}
+        # Packed launches by tensor addresses and layouts: a repeated call re-encodes no
+        # tensor map and re-checks no argument.
+        self._launches: dict[tuple, Launch] = {}
 
     def sizes(self, inputs: dict[str, Any]) -> dict[str, int]:
         sizes: dict[str, int] = {"num_sms": _num_sms()}
@@ -276,6 +304,25 @@ class Op:
         except PipeLinkError as exc:
             raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
 
+    def plan(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        """Sizes, output shapes, grid and scalar arguments for these input shapes
+        (cached: the expressions are evaluated once per shape)."""
+        key = tuple((n, tuple(getattr(t, "shape", ())), str(getattr(t, "dtype", "")))
+                    for n, t in tensors.items())
+        if key not in self._plans:
+            sizes = self.sizes(tensors)
+            self._plans[key] = {
+                "outputs": {o["name"]: ([self._eval(d, sizes, f"outputs.{o['name']}")
+                                         for d in o["shape"]], o["dtype"])
+                            for o in self.spec.get("outputs", [])},
+                "grid": ([sizes["num_sms"]] if self.spec.get("persistent")
+                         else [self._eval(g, sizes, "grid") for g in self.spec.get("grid", [1])]),
+                "scalars": {k: self._eval(v, sizes, f"bind.{k}")
+                            for k, v in self.spec.get("bind", {}).items()
+                            if not (isinstance(v, str) and v in self._tensor_names)},
+            }
+        return self._plans[key]
+
     def __call__(self, *args: Any, stream: int = 0, out: dict[str, Any] | None = None) -> Any:
         import torch
         names = [spec["name"] for spec in self.spec["inputs"]]
@@ -283,22 +330,26 @@ class Op:
             raise RuntimeLaunchError(f"expected {len(names)} inputs ({', '.join(names)}), got "
                                      f"{len(args)}")
         tensors = dict(zip(names, args, strict=True))
-        sizes = self.sizes(tensors)
+        plan = self.plan(tensors)
         outputs = dict(out or {})
-        for spec in self.spec.get("outputs", []):
-            name = spec["name"]
+        for name, (shape, dtype) in plan["outputs"].items():
             if name not in outputs:
-                shape = [self._eval(d, sizes, f"outputs.{name}") for d in spec["shape"]]
-                outputs[name] = torch.empty(shape, dtype=_torch_dtype(spec["dtype"]),
+                outputs[name] = torch.empty(shape, dtype=_torch_dtype(dtype),
                                             device=args[0].device)
         values = {**tensors, **outputs}
-        bound = {}
-        for key, value in self.spec.get("bind", {}).items():
-            bound[key] = values[value] if isinstance(value, str) and value in values \
-                else self._eval(value, sizes, f"bind.{key}")
-        grid = ([sizes["num_sms"]] if self.spec.get("persistent")
-                else [self._eval(g, sizes, "grid") for g in self.spec.get("grid", [1])])
-        self.kernel.launch(grid, bound, stream)
+        key = (stream, tuple((n, t.data_ptr(), tuple(t.shape), tuple(t.stride()), str(t.dtype))
+                             for n, t in values.items()))
+        launch = self._launches.get(key)
+        if launch is None:
+            bound = dict(plan["scalars"])
+            for k, v in self.spec.get("bind", {}).items():
+                if isinstance(v, str) and v in values:
+                    bound[k] = values[v]
+            launch = self.kernel.prepare(plan["grid"], bound, stream)
+            if len(self._launches) >= LAUNCH_CACHE:
+                self._launches.pop(next(iter(self._launches)))
+            self._launches[key] = launch
+        launch()
         result = [outputs[spec["name"]] for spec in self.spec.get("outputs", [])]
         return result[0] if len(result) == 1 else tuple(result)
 
