@@ -184,6 +184,9 @@ class LinkedKernel:
 
     def _field(self, f: dict[str, Any], name: str, value: Any) -> bytes:
         if f["type"] in _SCALAR:
+            if f["type"] != "f32" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise RuntimeLaunchError(f"argument '{name}' ({f['type']}) takes an integer, "
+                                         f"got {value!r}")
             try:
                 return struct.pack(_SCALAR[f["type"]], value)
             except struct.error as exc:
