@@ -380,13 +380,14 @@ def generate(env: Env) -> None:
         _PIPELINK_LINK_ARGS=_link_args,
         _PIPELINK_OBJECT_LABEL=_object_label,
         _PIPELINK_LINK_LABEL=_link_label,
+        # In-process writers have no command line to show: one line, always.
+        PIPELINK_HEADERCOMSTR="header   $TARGET",
+        PIPELINK_MANIFESTCOMSTR="manifest $TARGET",
     )
     if not env.get("VERBOSE"):
         env.SetDefault(
             PIPELINK_OBJCOMSTR="compile  $_PIPELINK_OBJECT_LABEL",
-            PIPELINK_HEADERCOMSTR="header   $TARGET",
             PIPELINK_LINKCOMSTR="link     $_PIPELINK_LINK_LABEL",
-            PIPELINK_MANIFESTCOMSTR="manifest $TARGET",
             INSTALLSTR="install  $TARGET",
         )
     # The steps import the same pipelink this process did, and see the stage root and
