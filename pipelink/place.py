@@ -5,19 +5,25 @@ Entry point: :func:`place` turns a checked :class:`~pipelink.problem.Problem` in
 ranges, ``setmaxnreg`` values, Tensor Memory columns and tunable values — or raises a
 :class:`DemandsDoNotFit` naming the smallest set of demands that cannot fit together.
 
-Solving goes in three steps, all on one model built by :func:`build_model`:
+Every solve uses the one model :func:`build_model` makes, in three steps:
 
-1. *optimise* (``workers`` threads): the recipe's objective — most tunables (weighted sum),
-   then least shared memory, then a fixed preference among equal tunable choices;
-2. *canonicalise* (one thread, always): the optimum fixed, the smallest offsets, barrier
-   ids, warp bases and registers in problem order, so the bytes do not depend on which of
-   many equal optima a parallel search happened to find;
+1. *optimise* the recipe's objective, lexicographically, in two solves: the largest
+   weighted sum of tunables; then, that fixed, the least shared memory and a fixed
+   preference among equally good tunable choices (larger values, earlier tunables first);
+2. *canonicalise*, single-threaded, in two solves: the tunables fixed and the peak at most
+   the optimum's, the smallest offsets in problem order; then, offsets fixed too, the
+   lowest barrier ids, the fewest warpgroups, the lowest warp bases and the fewest
+   registers (barriers, warps and registers do not depend on the layout);
 3. *re-check* the extracted placement in plain Python (:func:`verify`).
 
 Determinism: every solve has a fixed seed and a deterministic time limit (counted work,
-never wall time); step 2 always runs single-threaded, whose search is reproducible.
-When step 1 cannot prove its optimum within the budget with several workers it is rerun
-on one, so an unproven result is the single-threaded one whatever ``workers`` is.
+never wall time). Each step runs on one thread first, which is reproducible; ``workers``
+threads are tried only when one thread cannot prove its answer, and their answer is used
+only when they prove a strictly better one. So a placement is the same for any ``workers``
+whenever one thread proves the optimum (kernel-sized problems: ``solver.status`` is
+``OPTIMAL``), and on every run and machine for a given ``workers`` and OR-Tools version.
+Canonicalising starts from a solution every run computes alike (the single-threaded
+optimum, else the first-fit layout), so it too is reproducible when its budget runs out.
 """
 
 from __future__ import annotations
@@ -66,9 +72,11 @@ class DemandsDoNotFit(PlacementError):
 
 
 def launch_regs(warpgroups: int, regs_per_sm: int = 65536) -> int:
-    """Registers per thread at launch for ``__launch_bounds__(warpgroups * 128, 1)``: all the
-    registers of the SM shared by the threads, to a multiple of 8 (the step ``setmaxnreg``
-    moves in), capped at 255 (the most a thread can address)."""
+    """Registers per thread at launch, as ``__launch_bounds__(warpgroups * 128, 1)`` lets
+    the compiler use them: the SM's register file shared by the threads, rounded down to a
+    multiple of 8 (the step ``setmaxnreg`` moves in), capped at 255 (the most a thread can
+    address; one or two warpgroups get 255). Warpgroups whose ``setmaxnreg`` value is below
+    it decrease, those above it increase."""
     if warpgroups == 0:
         return 0
     per_thread = regs_per_sm // (warpgroups * WARPGROUP_THREADS)
@@ -642,6 +650,14 @@ def _solver(workers: int, seed: int, dtime: float) -> cp_model.CpSolver:
     return solver
 
 
+def _hint_all(model: cp_model.CpModel, solution: tuple[int, ...]) -> None:
+    """Hints every variable of a model built by :func:`build_model` with a solution of
+    another such model (same data: same variables, in the same order)."""
+    n = len(model.proto.variables)
+    model.proto.solution_hint.vars.extend(range(n))
+    model.proto.solution_hint.values.extend(solution[:n])
+
+
 def _tie_weights(data: Data) -> dict[str, int]:
     """Mixed-radix weights on tunable indices (larger values, earlier tunables first) while
     the choices are few enough to order exactly; plain sums beyond."""
@@ -710,10 +726,10 @@ def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
                         {t: int(solver.value(x)) for t, x in v.tunable.items()},
                         start if mine else ())
         model.clear_objective()
-        model.add(v.score == score)
+        if problem.tunables:
+            model.add(v.score == score)
         if mine:
-            model.proto.solution_hint.vars.extend(range(len(start)))
-            model.proto.solution_hint.values.extend(start)
+            _hint_all(model, start)
         model.minimize(v.smem_bytes * tie_span - v.tie)
         second, solver, mine = _solve(model, workers, seed, OPTIMISE_DTIME)
         if second in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -754,8 +770,7 @@ def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str
     # Start from a solution that every run computes alike: step 1's own when one thread
     # found it, else the greedy layout.
     if best.solution and best.smem_bytes <= bound:
-        model.proto.solution_hint.vars.extend(range(len(best.solution)))
-        model.proto.solution_hint.values.extend(best.solution)
+        _hint_all(model, best.solution)
     elif _peak(greedy) <= bound:
         for g in data.groups:
             model.add_hint(v.offset_unit[g.name], greedy[g.name][0] // g.align)
@@ -1149,20 +1164,27 @@ def _describe_roles(data: Data, chosen: list[Demand]) -> str:
     keys = {d.key for d in chosen}
     roles = [r for r in data.problem.roles if f"role:{r.name}" in keys]
     regs_per_sm = data.limits["regs_per_sm"]
-    warps = sum(data.spans[r.name] for r in roles)
     terms = " + ".join(f"{r.name} {r.warps} warp{'s' if r.warps > 1 else ''} x {r.registers} "
                        f"registers{' (whole warpgroups)' if r.warpgroup else ''}" for r in roles)
-    n = _round_up(warps, WARPGROUP_WARPS) // WARPGROUP_WARPS
-    need = sum(max(_reg_need(r), SETMAXNREG_MIN) * data.spans[r.name] for r in roles)
-    need = _round_up(need, WARPGROUP_WARPS) // WARPGROUP_WARPS
-    head = (f"warps and registers: {terms} need at least {n} warpgroup{'s' if n > 1 else ''} "
-            f"and {need} registers per thread summed over warpgroups, but "
-            f"{n * WARPGROUP_THREADS} threads launch with {launch_regs(n, regs_per_sm)} each "
-            f"(setmaxnreg can share {register_pool(n, regs_per_sm)})")
-    if warps > data.limits["max_warps"]:
-        head = (f"warps: {terms} = {warps} warps, more than {data.limits['max_warps']} on "
-                f"{data.problem.arch}")
-    return head + "".join(f"\n  {r.name}: {r.source or 'no source'}" for r in roles)
+    # A lower bound on the setmaxnreg values' sum: warpgroup roles own their warpgroups;
+    # the others need at least enough warpgroups for their warps, one at their largest need.
+    owned = [r for r in roles if r.warpgroup]
+    others = [r for r in roles if not r.warpgroup]
+    other_groups = _round_up(sum(r.warps for r in others), WARPGROUP_WARPS) // WARPGROUP_WARPS
+    need = sum(_reg_need(r) * data.spans[r.name] // WARPGROUP_WARPS for r in owned)
+    if others:
+        need += max(_reg_need(r) for r in others) + SETMAXNREG_MIN * (other_groups - 1)
+    least = other_groups + sum(data.spans[r.name] for r in owned) // WARPGROUP_WARPS
+    # More warpgroups than needed change the launch count; each extra one holds >= 24.
+    best = max(range(least, data.max_warpgroups + 1),
+               key=lambda n: register_pool(n, regs_per_sm) - SETMAXNREG_MIN * (n - least))
+    share = register_pool(best, regs_per_sm)
+    return (f"warps and registers: {terms} need setmaxnreg values summing to at least "
+            f"{need} over at least {least} warpgroup{'s' if least > 1 else ''}, but "
+            f"{best * WARPGROUP_THREADS} threads launch with {launch_regs(best, regs_per_sm)} "
+            f"registers each (setmaxnreg can share {share} among {best} warpgroups, and no "
+            "other count of warpgroups gives more)"
+            + "".join(f"\n  {r.name}: {r.source or 'no source'}" for r in roles))
 
 
 def _describe_tmem(data: Data, chosen: list[Demand]) -> str:
