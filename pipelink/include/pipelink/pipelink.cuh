@@ -15,4 +15,5 @@
 #include "pipelink/warp.cuh"
 #include "pipelink/global_handoff.cuh"
 #include "pipelink/wgmma.cuh"
+#include "pipelink/tcgen05.cuh"
 #include "pipelink/epilogue.cuh"

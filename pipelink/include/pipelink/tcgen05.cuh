@@ -1,0 +1,282 @@
+// Blackwell (sm_100a) fifth-generation tensor core: tcgen05.mma on shared-memory
+// operands with the accumulator in Tensor Memory (TMEM), the commit that turns MMA
+// completion into an mbarrier arrival, the thread-sync fences, and tcgen05.ld of an
+// accumulator block into the register fragment pipelink/epilogue.cuh names
+// "wgmma_f32_m64nN_wg_rows".
+//
+// The instructions exist on sm_100a only: a component that calls these lists just
+// sm_100a in its arch (pipelink.cuh includes this header everywhere; uncalled, it
+// emits nothing).
+//
+// Tensor Memory. 128 lanes x 512 columns of 32 bits per SM. An address is
+// (lane << 16) | column. Warp w of a CTA reaches lanes [32 (w % 4), 32 (w % 4) + 32)
+// only (its sub-partition), so which rows a warp can read is fixed by where the MMA
+// wrote them.
+//
+// Why M = 64 (PTX ISA, "Data path layout organization", cta_group::1): an M = 128
+// MMA writes row r of D to lane r, so a warp could read 32 consecutive rows; the
+// wgmma fragment wants warp w of warpgroup g to hold rows 64 g + 16 w + [0, 16), and
+// rows 16..31 (warp 1 of warpgroup 0) would sit in warp 0's sub-partition. An M = 64
+// MMA (the ISA's layout F) writes its row 16 q + r (r < 16) to lane 32 q + r + L,
+// where L is the lane of its D address: 0, or 16 for a second 64-row block beside the
+// first (how CuTe's interleaved M = 64 accumulator tiles two blocks). Issuing
+// warpgroup g's 64 rows as one M = 64 MMA with L = 16 g puts rows 64 g + 16 q +
+// [0, 16) in sub-partition q, where warp q of warpgroup g reads them with
+// tcgen05.ld.16x256b, whose per-thread registers are the mma/wgmma D fragment (below).
+// The expected price: an M = 64 MMA drives half the data paths, so the tensor core
+// should peak at half the M = 128 rate.
+#pragma once
+
+#include <cstdint>
+
+#include "pipelink/smem.cuh"
+
+namespace pl::tcgen05 {
+
+constexpr uint32_t kM = 64;                    // rows of A and D per MMA (see above)
+constexpr uint32_t kK = 16;                    // K per MMA for 16-bit inputs
+constexpr uint32_t kMinN = 8;                  // M = 64: N is 8..256 in steps of 8
+constexpr uint32_t kMaxN = 256;
+constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
+constexpr uint32_t kSwizzleRows = 8;           // rows in one swizzle atom
+constexpr uint32_t kSwizzleAtomBytes = kSwizzleBytes * kSwizzleRows;  // base alignment
+
+// -- Tensor Memory addresses ------------------------------------------------------------
+
+constexpr uint32_t kLaneShift = 16;            // address bits 31..16: lane; 15..0: column
+constexpr uint32_t kSubpartitionLanes = 32;    // lanes one warp (w % 4) reaches
+constexpr uint32_t kSubpartitions = 4;
+constexpr uint32_t kHalfSubpartitionLanes = 16;  // lanes one M = 64 MMA writes per sub-partition
+
+__device__ __forceinline__ uint32_t tmem_addr(uint32_t base, uint32_t lane, uint32_t column) {
+  return base + (lane << kLaneShift) + column;
+}
+
+// D address of the M = 64 MMA that computes rows [64 g, 64 g + 64) of a 128-row tile
+// whose accumulator starts at `base` (lane 0): lane offset 16 g.
+__device__ __forceinline__ uint32_t d_block(uint32_t base, uint32_t g) {
+  return tmem_addr(base, g * kHalfSubpartitionLanes, 0);
+}
+
+// The 16 lanes warp `warp_in_warpgroup` (= hardware warp % 4) of warpgroup g reads:
+// rows 64 g + 16 warp_in_warpgroup + [0, 16) of the tile.
+__device__ __forceinline__ uint32_t fragment_lanes(uint32_t base, uint32_t g,
+                                                   uint32_t warp_in_warpgroup) {
+  return tmem_addr(base, warp_in_warpgroup * kSubpartitionLanes + g * kHalfSubpartitionLanes,
+                   0);
+}
+
+// -- Shared-memory matrix descriptor (PTX ISA, "Shared memory descriptor", tcgen05) -------
+//
+//   bits  0-13  start address >> 4           bits 32-45  stride byte offset >> 4
+//   bits 16-29  leading byte offset >> 4     bits 46-48  fixed 0b001 (the SM100 version;
+//   bits 49-51  base offset                               sm_90 wgmma has 0 here)
+//   bit  52     leading offset mode (0: relative)
+//   bits 61-63  swizzle: 0 none, 1 128B with 32B atoms, 2 128B, 4 64B, 6 32B
+//               (sm_90 wgmma: 2 bits at 62-63 with 1 = 128B; not interchangeable)
+constexpr uint32_t kDescUnit = 16;             // addresses and offsets count 16-byte units
+constexpr uint32_t kDescAddressMask = 0x3FFFF; // the encoding keeps address bits 17..4
+constexpr uint32_t kDescLeadingShift = 16;
+constexpr uint32_t kDescStrideShift = 32;
+constexpr uint32_t kDescVersionShift = 46;
+constexpr uint64_t kDescVersionSm100 = 1;
+constexpr uint32_t kDescBaseOffsetShift = 49;
+constexpr uint64_t kDescBaseOffsetAligned = 0; // the swizzle pattern starts on a 1024-byte
+                                               // boundary: stages are 1024-aligned
+constexpr uint32_t kDescLayoutShift = 61;
+constexpr uint64_t kDescSwizzle128B = 2;
+// K-major with a 128-byte swizzle: one MMA's K (32 bytes) never leaves a swizzled row,
+// so the leading offset is unused; the ISA says it is assumed 1.
+constexpr uint64_t kDescLeadingUnused = 1;
+// Eight-row groups of a K-major, 128-byte-swizzled tile sit one atom apart.
+constexpr uint64_t kDescStrideSw128 = kSwizzleAtomBytes / kDescUnit;
+
+// Descriptor of a K-major bf16 tile TMA wrote with a 128-byte swizzle at the placed
+// shared-memory `offset` (a multiple of 1024, relative to the dynamic window).
+__device__ __forceinline__ uint64_t desc_sw128_kmajor(uint32_t offset) {
+  const uint64_t start = (smem_addr(offset) & kDescAddressMask) / kDescUnit;
+  return start | (kDescLeadingUnused << kDescLeadingShift) |
+         (kDescStrideSw128 << kDescStrideShift) | (kDescVersionSm100 << kDescVersionShift) |
+         (kDescBaseOffsetAligned << kDescBaseOffsetShift) |
+         (kDescSwizzle128B << kDescLayoutShift);
+}
+
+// The descriptor `bytes` further along K inside the same swizzled rows: the hardware
+// swizzles the final address (bits 4-6 ^= bits 7-9), so a K step moves the start
+// address only; the pattern still starts on the 1024-byte boundary, so the base
+// offset stays 0.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return desc + bytes / kDescUnit;
+}
+
+// -- Instruction descriptor (PTX ISA, "Instruction descriptor", .kind::f16) ----------------
+//
+//   bits  0-1 sparsity selector, 2 sparse, 3 saturate     (0: dense, no saturation)
+//   bits  4-5 D type: 0 f16, 1 f32                        bit 6 reserved
+//   bits  7-9 A type, bits 10-12 B type: 0 f16, 1 bf16
+//   bit  13 negate A, bit 14 negate B                     (0)
+//   bit  15 transpose A, bit 16 transpose B               (0: K-major)
+//   bits 17-22 N >> 3      bit 23 reserved
+//   bits 24-28 M >> 4      bit 29 reserved    bits 30-31 max shift (.ws only; 0)
+constexpr uint32_t kIdescDTypeShift = 4;
+constexpr uint32_t kIdescATypeShift = 7;
+constexpr uint32_t kIdescBTypeShift = 10;
+constexpr uint32_t kIdescTransposeAShift = 15;
+constexpr uint32_t kIdescTransposeBShift = 16;
+constexpr uint32_t kIdescNShift = 17;
+constexpr uint32_t kIdescNGranule = 8;         // N is stored without its 3 low bits
+constexpr uint32_t kIdescMShift = 24;
+constexpr uint32_t kIdescMGranule = 16;        // M is stored without its 4 low bits
+constexpr uint32_t kIdescF32 = 1;
+constexpr uint32_t kIdescBF16 = 1;
+constexpr uint32_t kIdescKMajor = 0;
+
+// bf16 x bf16 -> f32, both operands K-major, dense, an (M x N) D.
+template <uint32_t M, uint32_t N>
+constexpr uint32_t idesc_bf16_f32() {
+  static_assert(M == kM, "this header issues M = 64 MMAs (see the top of the file)");
+  static_assert(N % kIdescNGranule == 0 && N >= kMinN && N <= kMaxN,
+                "an M = 64 MMA is 8..256 columns wide in steps of 8: change tile_n");
+  return (kIdescF32 << kIdescDTypeShift) | (kIdescBF16 << kIdescATypeShift) |
+         (kIdescBF16 << kIdescBTypeShift) | (kIdescKMajor << kIdescTransposeAShift) |
+         (kIdescKMajor << kIdescTransposeBShift) | ((N / kIdescNGranule) << kIdescNShift) |
+         ((M / kIdescMGranule) << kIdescMShift);
+}
+
+// -- MMA, commit, fences ---------------------------------------------------------------
+
+// D (TMEM) = A * B^T (+ D when `accumulate` is non-zero), A and B from shared memory
+// through descriptors, shape and types from `idesc`. Issued by one thread; runs
+// asynchronously until a commit reports it.
+__device__ __forceinline__ void mma_ss(uint32_t d_tmem, uint64_t a, uint64_t b, uint32_t idesc,
+                                       uint32_t accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
+      " tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n"
+      :: "r"(d_tmem), "l"(a), "l"(b), "r"(idesc), "r"(accumulate) : "memory");
+}
+
+// One arrival on the mbarrier at `mbar_offset` once every tcgen05 operation this
+// thread issued so far has completed (their shared-memory reads included).
+__device__ __forceinline__ void commit(uint32_t mbar_offset) {
+  asm volatile(
+      "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];"
+      :: "r"(smem_addr(mbar_offset)) : "memory");
+}
+
+// Orders this thread's earlier tcgen05 operations before a following thread sync
+// (barrier or mbarrier arrival).
+__device__ __forceinline__ void fence_before_thread_sync() {
+  asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");
+}
+
+// Orders this thread's later tcgen05 operations after a preceding thread sync.
+__device__ __forceinline__ void fence_after_thread_sync() {
+  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");
+}
+
+// -- Waiting on an mbarrier phase without knowing its parity ---------------------------
+
+// Arrives on the mbarrier and returns the token of the phase arrived on.
+__device__ __forceinline__ uint64_t arrive_token(uint32_t mbar_offset) {
+  uint64_t token;
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];"
+               : "=l"(token) : "r"(smem_addr(mbar_offset)) : "memory");
+  return token;
+}
+
+// Waits until the phase `token` came from has completed.
+__device__ __forceinline__ void wait_token(uint32_t mbar_offset, uint64_t token) {
+  uint32_t done;
+  do {
+    asm volatile("{\n .reg .pred p;\n"
+                 " mbarrier.try_wait.shared::cta.b64 p, [%1], %2;\n"
+                 " selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(smem_addr(mbar_offset)), "l"(token) : "memory");
+  } while (!done);
+}
+
+// -- TMEM -> registers ------------------------------------------------------------------
+//
+// tcgen05.ld.16x256b.xR (PTX ISA, "Matrix fragments for shape .16x256b"): a warp reads
+// 16 lanes x 8R columns from `taddr`; thread t's registers 4j..4j+3 hold lane t/4,
+// columns 8j + 2(t%4) + {0, 1}, then lane t/4 + 8, the same columns. With lane = row
+// that is float i at row (t%32)/4 + 8((i/2)%2), column 8(i/4) + 2(t%4) + i%2: the
+// wgmma D fragment of one warp, which is why this shape is the one used.
+//
+// Loads the N columns of the warp's 16 rows and waits for them (the wait is in the
+// same statement, so no use of `d` can be scheduled before the data has landed).
+template <int N>
+__device__ __forceinline__ void load_fragment(uint32_t, float (&)[N / 2]) {
+  static_assert(N < 0, "fragments here are 64, 128 or 256 columns wide: change tile_n");
+}
+
+#define PL_TCGEN05_D8(d, i)                                                                 \
+  "=f"(d[i + 0]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]),           \
+      "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
+
+template <>
+__device__ __forceinline__ void load_fragment<64>(uint32_t taddr, float (&d)[32]) {
+  asm volatile(
+      "tcgen05.ld.sync.aligned.16x256b.x8.b32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, [%32];\n"
+      "tcgen05.wait::ld.sync.aligned;\n"
+      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24)
+      : "r"(taddr) : "memory");
+}
+
+template <>
+__device__ __forceinline__ void load_fragment<128>(uint32_t taddr, float (&d)[64]) {
+  asm volatile(
+      "tcgen05.ld.sync.aligned.16x256b.x16.b32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63"
+      "}, [%64];\n"
+      "tcgen05.wait::ld.sync.aligned;\n"
+      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24),
+        PL_TCGEN05_D8(d, 32), PL_TCGEN05_D8(d, 40), PL_TCGEN05_D8(d, 48), PL_TCGEN05_D8(d, 56)
+      : "r"(taddr) : "memory");
+}
+
+template <>
+__device__ __forceinline__ void load_fragment<256>(uint32_t taddr, float (&d)[128]) {
+  asm volatile(
+      "tcgen05.ld.sync.aligned.16x256b.x32.b32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39,"
+      "%40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55,"
+      "%56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71,"
+      "%72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87,"
+      "%88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103,"
+      "%104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119,"
+      "%120, %121, %122, %123, %124, %125, %126, %127"
+      "}, [%128];\n"
+      "tcgen05.wait::ld.sync.aligned;\n"
+      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24),
+        PL_TCGEN05_D8(d, 32), PL_TCGEN05_D8(d, 40), PL_TCGEN05_D8(d, 48), PL_TCGEN05_D8(d, 56),
+        PL_TCGEN05_D8(d, 64), PL_TCGEN05_D8(d, 72), PL_TCGEN05_D8(d, 80), PL_TCGEN05_D8(d, 88),
+        PL_TCGEN05_D8(d, 96), PL_TCGEN05_D8(d, 104), PL_TCGEN05_D8(d, 112), PL_TCGEN05_D8(d, 120)
+      : "r"(taddr) : "memory");
+}
+
+#undef PL_TCGEN05_D8
+
+}  // namespace pl::tcgen05
