@@ -87,21 +87,22 @@ def _materialise(root: Path, files: dict[str, bytes]) -> Path:
 
 
 def cutlass_include() -> Path:
-    """CUTLASS/CuTe headers from the nvidia-cutlass wheel."""
+    """CUTLASS/CuTe headers from the nvidia-cutlass wheel, which installs them as data of
+    its ``cutlass_library`` package: ``<site-packages>/cutlass_library/source/include``
+    (holding ``cute/`` and ``cutlass/``). Found without importing the package."""
+    from importlib.util import find_spec
     try:
-        from importlib.util import find_spec
-
-        import cutlass_library  # noqa: F401  (the wheel ships headers beside it)
         spec = find_spec("cutlass_library")
-        base = Path(spec.origin).parent if spec and spec.origin else None
-    except ImportError:
-        base = None
-    for candidate in ([base / "source" / "include"] if base else []):
-        if (candidate / "cute").is_dir():
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for base in map(Path, locations):
+        candidate = base / "source" / "include"
+        if (candidate / "cute").is_dir() and (candidate / "cutlass").is_dir():
             return candidate
     raise ToolchainError("CUTLASS headers not found",
-                         hint="pip install nvidia-cutlass (the component lists includes: "
-                              "[cutlass])")
+                         hint="pip install nvidia-cutlass==4.2.0.0 (the component lists "
+                              "includes: [cutlass])")
 
 
 def stage_sources(bound: BoundContract, folder: Path, arch: str,

@@ -170,6 +170,17 @@ class _Glue:
             w("#include <type_traits>")
             for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
                 w(f'#include "pipelink/{path.relative_to(INCLUDE_DIR / "pipelink")}"')
+            # A contract's header sets (includes: [cutlass]) too: CuTe and CUTLASS open
+            # namespaces and pull in the standard library, neither of which survives
+            # nesting in a component's namespace. A component includes these, or
+            # headers they already include.
+            header_sets = {"cutlass": ("cute/tensor.hpp", "cute/atom/mma_atom.hpp",
+                                       "cute/arch/mma_sm90.hpp")}
+            wanted = {s for b in self.distinct.values()
+                      for s in b.contract.data.get("includes", [])}
+            for name in sorted(wanted):
+                for path in header_sets[name]:
+                    w(f"#include <{path}>")
             sources = dict(self.opts.sources)
             for (name, h), b in sorted(self.distinct.items()):
                 inst = next(i for i, bb in self.k.bound.items() if bb is b)

@@ -1,4 +1,6 @@
-"""GEMM and GEMM + SwiGLU against PyTorch in fp32 on fresh random bf16 inputs.
+"""GEMM, GEMM + SwiGLU and GEMM + bias + GELU against PyTorch in fp32 on fresh random
+bf16 inputs. Recipes that swap a component but compute the same thing (the CuTe
+mainloop's gemm_cute, gemm_swiglu_cute) share their twin's reference.
 
 Runnable alone (for compute-sanitizer) as
 ``python -m tests.gpu.gemm_check build/gpu/sm_90a gemm_swiglu 300 1000 200``.
@@ -10,6 +12,10 @@ import math
 import sys
 
 INTERLEAVE = 8  # gate/up rows alternate in blocks of 8 (components/swiglu_epilogue)
+
+# recipe -> what it computes
+REFERENCE = {"gemm": "gemm", "gemm_cute": "gemm", "gemm_swiglu": "swiglu",
+             "gemm_swiglu_cute": "swiglu", "gemm_bias_gelu": "bias_gelu"}
 
 
 def interleave(w_gate, w_up):  # noqa: ANN001, ANN201  (torch tensors)
@@ -28,11 +34,19 @@ def run(folder: str, recipe: str, m: int, n: int, k: int, seed: int = 0) -> floa
     op = pipelink.load(f"{folder}/{recipe}")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
-    if recipe == "gemm":
+    computes = REFERENCE[recipe]
+    if computes == "gemm":
         w = (torch.randn(n, k, device="cuda", generator=gen) / math.sqrt(k)).to(torch.bfloat16)
         ref = x.float() @ w.float().t()
         y = op(x, w, out={"c": torch.full((m, n), float("nan"), device="cuda",
                                           dtype=torch.bfloat16)})
+    elif computes == "bias_gelu":
+        w = (torch.randn(n, k, device="cuda", generator=gen) / math.sqrt(k)).to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda", generator=gen).to(torch.bfloat16)
+        ref = torch.nn.functional.gelu(x.float() @ w.float().t() + bias.float(),
+                                       approximate="tanh")
+        y = op(x, w, bias, out={"c": torch.full((m, n), float("nan"), device="cuda",
+                                                dtype=torch.bfloat16)})
     else:
         gate = (torch.randn(n // 2, k, device="cuda", generator=gen) / math.sqrt(k))
         up = (torch.randn(n // 2, k, device="cuda", generator=gen) / math.sqrt(k))

@@ -1,0 +1,123 @@
+// bias_gelu_epilogue: Y = gelu_tanh(acc + bias[col]) -> bf16 -> swizzled shared-memory
+// staging -> TMA store. Runs in the warps that hold the accumulators (a register
+// hand-off); one thread of the role issues the stores.
+//
+// Arch-neutral: stmatrix, TMA stores and tanh.approx exist on sm_90a and sm_100a alike,
+// so no part of this file is gated on __CUDA_ARCH__.
+#include <type_traits>
+
+#include "pl_bias_gelu_epilogue.h"
+#include "pipelink/epilogue.cuh"
+
+using Params = pl_params_bias_gelu_epilogue;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kStoreN = Params::store_n;               // columns per TMA store
+constexpr uint32_t kBuffers = Params::buffers;
+constexpr uint32_t kThreads = kTileM / pl::epi::kRowsPerWarp * pl::kWarpThreads;
+constexpr uint32_t kAccCount = pl::epi::kRowsPerWarpgroup * kTileN / pl::kWarpgroupThreads;
+constexpr uint32_t kChunks = kTileN / kStoreN;              // TMA stores per tile
+constexpr uint32_t kBlocksPerChunk = kStoreN / pl::epi::kBlockCols;
+constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);  // (TILE_M, STORE_N)
+// In every 8-column block a thread holds two adjacent columns, 2 (t % 4) and the next,
+// in both of its rows: floats 4j, 4j+1 (upper row) and 4j+2, 4j+3 (8 rows below).
+constexpr uint32_t kColsPerThread = 2;
+constexpr uint32_t kThreadsPerBlockRow = pl::epi::kBlockCols / kColsPerThread;
+constexpr uint32_t kLower = pl::epi::kFloatsPerBlock / 2;   // first float of the lower row
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), the
+// constants of Hendrycks and Gimpel's formula (PyTorch's approximate="tanh").
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCubic = 0.044715f;
+
+static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
+static_assert(kTileM % pl::epi::kRowsPerWarpgroup == 0,
+              "the accumulators come in 64-row warpgroup blocks: make tile_m a multiple of 64");
+static_assert(kStoreN * sizeof(Element) == pl::epi::kSwizzleRowBytes,
+              "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
+static_assert(kTileN % kStoreN == 0, "tile_n must be a multiple of store_n");
+static_assert(kBlocksPerChunk % 2 == 0,
+              "stmatrix stores 8-column blocks in pairs: make store_n a multiple of 16");
+static_assert(kChunks % kBuffers == 0,
+              "staging buffers rotate per chunk across tiles: make tile_n / store_n a multiple "
+              "of buffers");
+static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+
+// gelu_tanh(x) in fp32 with one MUFU op: 0.5 x + 0.5 x tanh(inner).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = x * (kSqrt2OverPi + kSqrt2OverPi * kCubic * x * x);
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(inner));
+  const float half_x = 0.5f * x;
+  return half_x + half_x * t;
+}
+
+// This thread's bias `offset` columns past its first one, or 0 where that column is n
+// or beyond (bias has n entries; TMA clips those columns of Y). `offset` is a
+// compile-time constant once unrolled: one load with an immediate offset each.
+__device__ __forceinline__ float bias_at(const Element* thread_bias, int32_t cols_left,
+                                         uint32_t offset) {
+  return int32_t(offset) < cols_left ? __bfloat162float(__ldg(thread_bias + offset)) : 0.0f;
+}
+
+// One row's pair of outputs in one block: gelu(acc + bias) for both columns, packed.
+__device__ __forceinline__ uint32_t gelu_pair(float x0, float x1, float bias0, float bias1) {
+  return pl::epi::pack_bf16x2(gelu_tanh(x0 + bias0), gelu_tanh(x1 + bias1));
+}
+
+// Epilogue's perspective, per tile: every thread adds its columns' bias, applies GELU
+// and writes its fragment chunk by chunk into the staging tile; the issuer stores each
+// chunk once it is complete.
+extern "C" __device__ void pl_bias_gelu_epilogue_store(const pl_place_bias_gelu_epilogue& at,
+                                                       const pl_args_bias_gelu_epilogue& args,
+                                                       const pl::KernelInfo&,
+                                                       const pl::WorkTile& tile,
+                                                       pl_state_bias_gelu_epilogue_store&,
+                                                       float (&acc)[kAccCount]) {
+  const uint32_t thread = pl::thread_in_role(at.role.store);
+  const uint32_t first_row = pl::epi::warp_row(thread);
+  const pl::epi::StagedStore<kBuffers> out{at.bar.staged, kThreads, thread == 0};
+  const int32_t row = tile.m_block * int32_t(kTileM);
+  const int32_t col = tile.n_block * int32_t(kTileN);
+  // This thread's first column of the tile's first block, in Y, and what is left of bias
+  // from there (read once: the barriers' memory clobbers would reload args per use).
+  const int32_t thread_col = col + int32_t(pl::lane() % kThreadsPerBlockRow * kColsPerThread);
+  const Element* thread_bias = args.bias + thread_col;
+  const int32_t cols_left = int32_t(args.n) - thread_col;
+#pragma unroll
+  for (uint32_t c = 0; c < kChunks; ++c) {
+    const uint32_t buffer = at.smem.staging + (c % kBuffers) * kStagingBytes;
+    out.begin();
+#pragma unroll
+    for (uint32_t b = 0; b < kBlocksPerChunk; b += 2) {
+      const uint32_t block = c * kBlocksPerChunk + b;
+      const uint32_t f = block * pl::epi::kFloatsPerBlock;              // block's first float
+      const uint32_t g = f + pl::epi::kFloatsPerBlock;                  // ... and the next's
+      const uint32_t col_f = block * pl::epi::kBlockCols;               // past thread_col
+      const uint32_t col_g = col_f + pl::epi::kBlockCols;
+      const float bias_f[kColsPerThread] = {bias_at(thread_bias, cols_left, col_f),
+                                            bias_at(thread_bias, cols_left, col_f + 1)};
+      const float bias_g[kColsPerThread] = {bias_at(thread_bias, cols_left, col_g),
+                                            bias_at(thread_bias, cols_left, col_g + 1)};
+      const uint32_t packed[4] = {
+          gelu_pair(acc[f], acc[f + 1], bias_f[0], bias_f[1]),
+          gelu_pair(acc[f + kLower], acc[f + kLower + 1], bias_f[0], bias_f[1]),
+          gelu_pair(acc[g], acc[g + 1], bias_g[0], bias_g[1]),
+          gelu_pair(acc[g + kLower], acc[g + kLower + 1], bias_g[0], bias_g[1])};
+      pl::epi::stage_block_pair(buffer, first_row, b, packed);
+    }
+    out.finish(args.tma_c, buffer, col + int32_t(c * kStoreN), row);
+  }
+}
+
+// Epilogue's perspective, once after the last tile: the stores have landed.
+extern "C" __device__ void pl_bias_gelu_epilogue_store_tail(const pl_place_bias_gelu_epilogue& at,
+                                                            const pl_args_bias_gelu_epilogue&,
+                                                            const pl::KernelInfo&,
+                                                            pl_state_bias_gelu_epilogue_store&) {
+  const pl::epi::StagedStore<kBuffers> out{at.bar.staged, kThreads,
+                                           pl::thread_in_role(at.role.store) == 0};
+  out.drain();
+}
