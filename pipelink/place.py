@@ -29,7 +29,7 @@ optimum, else the first-fit layout), so it too is reproducible when its budget r
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -53,8 +53,9 @@ from .problem import (
 )
 
 # Solver budgets in deterministic seconds: work the solver counts, the same on any machine.
-OPTIMISE_DTIME = 0.08     # each of the two optimising solves
-CANONICAL_DTIME = 0.03
+OPTIMISE_DTIME = 0.08     # the largest tunables
+SMEM_DTIME = 0.04         # then the least shared memory
+CANONICAL_DTIME = 0.02    # each of the two canonical solves
 EXPLAIN_DTIME = 0.5
 # Exact lexicographic preference among tunables while the choices number at most this.
 EXACT_TIE_CHOICES = 1 << 16
@@ -411,6 +412,7 @@ class Vars:
     smem_bytes: cp_model.IntVar | None = None
     barrier: dict[str, cp_model.IntVar] = field(default_factory=dict)
     role_base: dict[str, cp_model.LinearExprT] = field(default_factory=dict)
+    role_start: dict[str, cp_model.IntVar] = field(default_factory=dict)     # base / step
     warpgroups: cp_model.IntVar | None = None
     regs_step: list[cp_model.IntVar] = field(default_factory=list)  # setmaxnreg / 8 per wg
     tmem: dict[str, cp_model.LinearExprT] = field(default_factory=dict)      # columns
@@ -571,12 +573,10 @@ def _warps(model: cp_model.CpModel, v: Vars, data: Data, explain: bool) -> None:
     intervals = []
     for r in roles:
         span, lits = data.spans[r.name], _when(v, f"role:{r.name}")
-        if r.warpgroup:
-            unit = model.new_int_var(0, (most - span) // WARPGROUP_WARPS, f"warpgroup[{r.name}]")
-            base = unit * WARPGROUP_WARPS
-        else:
-            base = model.new_int_var(0, most - span, f"warp_base[{r.name}]")
-        v.role_base[r.name] = base
+        step = WARPGROUP_WARPS if r.warpgroup else 1
+        start = model.new_int_var(0, (most - span) // step, f"warp_start[{r.name}]")
+        base = start * step
+        v.role_base[r.name], v.role_start[r.name] = base, start
         if lits:
             intervals.append(model.new_optional_fixed_size_interval_var(base, span, lits[0],
                                                                         f"warps[{r.name}]"))
@@ -639,7 +639,8 @@ class _Optimum:
     smem_bytes: int
     tie: int
     tunables: dict[str, int]
-    solution: tuple[int, ...] = ()    # every variable, when a single thread found it
+    found: Placement | None = None     # the solution, when every run finds it alike
+    solution: tuple[int, ...] = ()     # and all its variables, to start later solves from
 
 
 def _solver(workers: int, seed: int, dtime: float) -> cp_model.CpSolver:
@@ -720,32 +721,28 @@ def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
     if status == cp_model.INFEASIBLE:
         return None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        score, start = int(solver.value(v.score)), tuple(solver.response_proto.solution)
-        best = _Optimum("FEASIBLE", score, int(solver.value(v.smem_bytes)),
-                        int(solver.value(v.tie)),
-                        {t: int(solver.value(x)) for t, x in v.tunable.items()},
-                        start if mine else ())
+        best = _optimum(data, solver, v, "FEASIBLE", mine)
         model.clear_objective()
         if problem.tunables:
-            model.add(v.score == score)
-        if mine:
-            _hint_all(model, start)
+            model.add(v.score == best.score)
+        if best.solution:
+            _hint_all(model, best.solution)
         model.minimize(v.smem_bytes * tie_span - v.tie)
-        second, solver, mine = _solve(model, workers, seed, OPTIMISE_DTIME)
+        second, solver, mine = _solve(model, workers, seed, SMEM_DTIME)
         if second in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             both = "OPTIMAL" if second == status == cp_model.OPTIMAL else "FEASIBLE"
-            best = _Optimum(both, score, int(solver.value(v.smem_bytes)),
-                            int(solver.value(v.tie)),
-                            {t: int(solver.value(x)) for t, x in v.tunable.items()},
-                            tuple(solver.response_proto.solution) if mine else ())
+            best = _optimum(data, solver, v, both, mine)
     baseline = first_fit(problem, data=data)
     if baseline is not None:
         tie = sum(weights[t] * data.domains[t].index(x) for t, x in baseline.tunables.items())
         score = sum(t.weight * baseline.tunables[t.name] for t in problem.tunables)
-        greedy = _Optimum("FIRST_FIT", score, baseline.smem_bytes, tie, baseline.tunables)
+        greedy = _Optimum("FIRST_FIT", score, baseline.smem_bytes, tie, baseline.tunables,
+                          baseline)
         if best is None or (greedy.score, -greedy.smem_bytes, greedy.tie) > (
                 best.score, -best.smem_bytes, best.tie):
             best = greedy
+        elif best.found is None:   # an answer only several workers found: lay out from here
+            best = replace(best, found=baseline)
     if best is None:
         raise PlacementError(f"no placement found within the solver budget ({OPTIMISE_DTIME} "
                              "deterministic s) and the greedy one does not fit",
@@ -753,27 +750,40 @@ def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
     return best
 
 
+def _optimum(data: Data, solver: cp_model.CpSolver, v: Vars, status: str,
+             mine: bool) -> _Optimum:
+    return _Optimum(status, int(solver.value(v.score)), int(solver.value(v.smem_bytes)),
+                    int(solver.value(v.tie)),
+                    {t: int(solver.value(x)) for t, x in v.tunable.items()},
+                    _extract(data, solver, v) if mine else None,
+                    tuple(solver.response_proto.solution) if mine else ())
+
+
 def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str]:
     """Step 2, single-threaded, in two solves of one model: the optimum's tunables fixed and
     at most its shared memory (or the greedy layout's at those tunables, if less), first the
     smallest offsets in problem order, then, those fixed too, the lowest barrier ids, the
-    fewest warpgroups, the lowest warp bases and the fewest registers. Returns the
-    placement and the status of the layout solve."""
+    fewest warpgroups, the lowest warp bases and the fewest registers. Each solve starts
+    from, and falls back to, a placement every run computes alike. Returns the placement
+    and the status of the layout solve."""
     from .synth import first_fit_smem
     problem = data.problem
     greedy = first_fit_smem(problem, best.tunables, data=data)
     bound = min(best.smem_bytes, _peak(greedy))
+    start = best.found
+    if start is not None and start.tunables == best.tunables and start.smem_bytes <= bound:
+        fallback = start.smem
+    else:
+        fallback = greedy
     model, v = build_model(data)
     for name, value in best.tunables.items():
         model.add(v.tunable[name] == value)
     model.add(v.smem_bytes <= bound)
-    # Start from a solution that every run computes alike: step 1's own when one thread
-    # found it, else the greedy layout.
-    if best.solution and best.smem_bytes <= bound:
+    if best.solution and fallback is not greedy:
         _hint_all(model, best.solution)
-    elif _peak(greedy) <= bound:
+    else:
         for g in data.groups:
-            model.add_hint(v.offset_unit[g.name], greedy[g.name][0] // g.align)
+            model.add_hint(v.offset_unit[g.name], fallback[g.name][0] // g.align)
     groups, bars, roles = data.groups, problem.barriers, problem.roles
     # Weight = rank x size: Smith's rule then orders equal-peak layouts by problem order.
     sizes = {g.name: g.size.at(best.tunables) for g in groups}
@@ -781,18 +791,22 @@ def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str
                        for i, g in enumerate(groups)))
     solver = _solver(1, seed, CANONICAL_DTIME)
     status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise PlacementError("the placer found an optimum but could not lay it out again "
-                             f"({solver.status_name(status)} within {CANONICAL_DTIME} "
-                             "deterministic s)", hint="report this kernel: it is a hard case")
-    layout = _extract(data, solver, v)
-    if status != cp_model.OPTIMAL:
-        layout = _compact(data, layout)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        layout = _extract(data, solver, v)
+        offsets = layout.smem
+        if status != cp_model.OPTIMAL:
+            offsets = _compact(data, best.tunables, offsets)
+        warps_start = layout
+        model.clear_hints()
+        _hint_all(model, tuple(solver.response_proto.solution))
+    else:
+        offsets, warps_start = _compact(data, best.tunables, fallback), start
     # Barriers, warps and registers do not depend on the layout: fix it, order the rest.
     model.clear_objective()
-    model.clear_hints()
     for g in groups:
-        model.add(v.offset(g) == layout.smem[g.name][0])
+        model.add(v.offset(g) == offsets[g.name][0])
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE) and start is not None:
+        _hint_warps(model, v, data, start)
     ids = sum((len(bars) - i) * v.barrier[b.name] for i, b in enumerate(bars))
     bases = sum((len(roles) - i) * v.role_base[r.name] for i, r in enumerate(roles))
     regs_weight = SETMAXNREG_MAX // SETMAXNREG_STEP * data.max_warpgroups + 1
@@ -802,19 +816,37 @@ def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str
     model.minimize(ids + v.warpgroups * groups_weight + bases * regs_weight
                    + sum(v.regs_step))
     second = solver.solve(model)
-    if second not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise PlacementError("the placer could not lay out barriers and warps again "
-                             f"({solver.status_name(second)})",
+    if second in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        placement = _extract(data, solver, v)
+    elif warps_start is not None:
+        placement = warps_start
+    else:
+        raise PlacementError("the placer found an optimum but could not lay it out again "
+                             f"within {CANONICAL_DTIME} deterministic s",
                              hint="report this kernel: it is a hard case")
-    return _extract(data, solver, v), solver.status_name(status)
+    return replace(placement, smem=offsets, smem_bytes=_peak(offsets)), \
+        solver.status_name(status)
 
 
-def _compact(data: Data, p: Placement) -> Placement:
+def _hint_warps(model: cp_model.CpModel, v: Vars, data: Data, p: Placement) -> None:
+    for b in data.problem.barriers:
+        model.add_hint(v.barrier[b.name], p.barriers[b.name])
+    for r in data.problem.roles:
+        model.add_hint(v.role_start[r.name],
+                       p.roles[r.name].warp_base // (WARPGROUP_WARPS if r.warpgroup else 1))
+    model.add_hint(v.warpgroups, len(p.warpgroup_regs))
+    for w, step in enumerate(v.regs_step):
+        regs = p.warpgroup_regs[w] if w < len(p.warpgroup_regs) else 0
+        model.add_hint(step, regs // SETMAXNREG_STEP)
+
+
+def _compact(data: Data, tunables: dict[str, int],
+             smem: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
     """Slides each buffer, in problem order, down to its lowest free aligned offset: what an
     unfinished canonical search leaves, tidied alike on every run; never raises the peak."""
     groups = data.groups
-    offsets = [p.smem[g.name][0] for g in groups]
-    sizes = [g.size.at(p.tunables) for g in groups]
+    offsets = [smem[g.name][0] for g in groups]
+    sizes = [g.size.at(tunables) for g in groups]
     for i, g in enumerate(groups):
         busy = sorted((offsets[j], offsets[j] + sizes[j]) for j, h in enumerate(groups)
                       if j != i and sizes[j] and h.live[0] < g.live[1]
@@ -826,10 +858,8 @@ def _compact(data: Data, p: Placement) -> Placement:
             if hi > at:
                 at = _round_up(hi, g.align)
         offsets[i] = min(at, offsets[i])
-    smem = {b.name: (offsets[i], p.smem[b.name][1])
+    return {b.name: (offsets[i], b.size.at(tunables))
             for i, g in enumerate(groups) for b in g.members}
-    return Placement(p.arch, p.tunables, smem, _peak(smem), p.barriers, p.roles,
-                     p.warpgroup_regs, p.launch_regs, p.tmem, p.solver)
 
 
 # -- extract ------------------------------------------------------------------------------

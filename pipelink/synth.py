@@ -217,6 +217,7 @@ class _Packer:
         self.overlapping = [[j for j, other in enumerate(lives)
                              if j != i and live[0] < other[1] and other[0] < live[1]]
                             for i, live in enumerate(lives)]
+        self.earlier = [[j for j in near if j < i] for i, near in enumerate(self.overlapping)]
 
     def sizes(self, tunables: dict[str, int]) -> list[int]:
         return [table[tuple(tunables[d] for d in deps)] for deps, table in self.tables]
@@ -226,7 +227,7 @@ class _Packer:
         out: list[tuple[int, int]] = []
         for i, (g, size) in enumerate(zip(self.groups, self.sizes(tunables), strict=True)):
             offset = 0
-            for lo, hi in sorted(out[j] for j in self.overlapping[i] if j < i):
+            for lo, hi in sorted([out[j] for j in self.earlier[i]]):
                 if offset + size <= lo:
                     break
                 if hi > offset:
@@ -287,6 +288,7 @@ def _greedy_tunables(problem: Problem, data: Data, packer: _Packer) -> dict[str,
 
     for a, b in problem.equal:
         cls[find(b)] = find(a)
+    root = {name: find(name) for name in order}
     index = {name: len(domains[name]) - 1 for name in order}
 
     def worst(stake: dict[str, int]) -> str | None:
@@ -304,13 +306,13 @@ def _greedy_tunables(problem: Problem, data: Data, packer: _Packer) -> dict[str,
             stake: dict[str, int] = {}
             for j in [i, *packer.overlapping[i]]:
                 for d in packer.tables[j][0]:
-                    stake[find(d)] = stake.get(find(d), 0) + sizes[j]
+                    stake[root[d]] = stake.get(root[d], 0) + sizes[j]
             lower.add(worst(stake))
         if problem.tmem and sum(t.columns.at(tun) for t in problem.tmem) > limits["tmem_columns"]:
             stake = {}
             for t in problem.tmem:
                 for d in t.columns.depends:
-                    stake[find(d)] = stake.get(find(d), 0) + t.columns.at(tun)
+                    stake[root[d]] = stake.get(root[d], 0) + t.columns.at(tun)
             lower.add(worst(stake))
         if not lower:
             return tun
@@ -318,7 +320,7 @@ def _greedy_tunables(problem: Problem, data: Data, packer: _Packer) -> dict[str,
         if not lower:   # something overflows with everything beside it already lowest
             return None
         for name in order:
-            if find(name) in lower:
+            if root[name] in lower:
                 index[name] -= 1
 
 
