@@ -60,7 +60,7 @@ def _tunables(problem: Problem, p: Placement) -> list[str]:
     for t in problem.tunables:
         allowed = ",".join(map(str, t.values))
         rows.append([t.name, str(p.tunables[t.name]), allowed, str(t.weight), t.source])
-    ties = [f"  {a} = {b} (tied)" for a, b in problem.equal]
+    ties = [f"  {a} = {b} (tied)" for a, b in dict.fromkeys(problem.equal)]
     return ["", "tunables", *_table(rows, frozenset({1, 3})), *ties]
 
 
