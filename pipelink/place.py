@@ -56,7 +56,9 @@ from .problem import (
 OPTIMISE_DTIME = 0.08     # the largest tunables
 SMEM_DTIME = 0.04         # then the least shared memory
 CANONICAL_DTIME = 0.02    # each of the two canonical solves
-EXPLAIN_DTIME = 0.5
+EXPLAIN_DTIME = 0.5       # each solve of an infeasibility explanation
+EXPLAIN_TOTAL_DTIME = 5.0 # all of them
+OBJECTIVES = ("max_tunables_then_min_smem",)
 # Exact lexicographic preference among tunables while the choices number at most this.
 EXACT_TIE_CHOICES = 1 << 16
 WARPGROUP_THREADS = WARPGROUP_WARPS * THREADS_PER_WARP
@@ -146,6 +148,9 @@ def prepare(problem: Problem) -> Data:
     if problem.arch not in ARCH_LIMITS:
         raise PlacementError(f"unknown arch '{problem.arch}'",
                              hint="one of " + ", ".join(sorted(ARCH_LIMITS)))
+    if problem.objective not in OBJECTIVES:
+        raise PlacementError(f"unknown objective '{problem.objective}'",
+                             hint="one of " + ", ".join(OBJECTIVES))
     limits = ARCH_LIMITS[problem.arch]
     _unique("tunable", [t.name for t in problem.tunables])
     _unique("shared-memory buffer", [b.name for b in problem.buffers])
@@ -1069,12 +1074,14 @@ def explain_infeasible(data: Data, seed: int = 0) -> DemandsDoNotFit:
     that runs out of budget keeps its demand: the answer may then be larger, never wrong."""
     model, v = build_model(data, explain=True)
     keys = [d.key for d in data.demands]
+    spent = [0.0]
 
     def infeasible(subset: list[str]) -> list[str] | None:
         model.clear_assumptions()
         model.add_assumptions([v.present[k] for k in subset])
         solver = _solver(1, seed, EXPLAIN_DTIME)
         status = solver.solve(model)
+        spent[0] += solver.response_proto.deterministic_time
         if status != cp_model.INFEASIBLE:
             return None
         lits = {v.present[k].index: k for k in subset}
@@ -1083,15 +1090,21 @@ def explain_infeasible(data: Data, seed: int = 0) -> DemandsDoNotFit:
         return [k for k in subset if k in core] or subset
 
     core = infeasible(keys) or keys
+    minimal = True
     for key in list(core):
+        if spent[0] > EXPLAIN_TOTAL_DTIME:   # counted work, so where it stops is reproducible
+            minimal = False
+            break
         if key not in core:
             continue
         smaller = infeasible([k for k in core if k != key])
         if smaller is not None:
             core = smaller
     chosen = [d for d in data.demands if d.key in set(core)]
-    return DemandsDoNotFit(_describe(data, chosen), tuple(d.key for d in chosen),
-                           hint=_hint(data, chosen))
+    message = _describe(data, chosen)
+    if not minimal:
+        message += "\n  (the search for a smaller set ran out of budget: some may not be needed)"
+    return DemandsDoNotFit(message, tuple(d.key for d in chosen), hint=_hint(data, chosen))
 
 
 # -- words --------------------------------------------------------------------------------
@@ -1228,11 +1241,13 @@ def _describe_tmem(data: Data, chosen: list[Demand]) -> str:
 
 
 def _smem_hint(groups: list[SmemGroup], domains: dict[str, tuple[int, ...]]) -> str:
+    """Sizes were taken at the lowest allowed tunables: what is left is lower pins (below
+    the lowest allowed value), smaller tiles or shorter lifetimes."""
     tunables = sorted({d for g in groups for d in g.size.depends})
-    lowered = [t for t in tunables if len(domains[t]) >= 1]
     text = "shrink the tiles (params such as tile_n)"
-    if lowered:
-        text = "allow fewer " + ", ".join(lowered) + " or " + text
+    if tunables:
+        text = ("allow fewer " + ", ".join(f"{t} (lowest now {domains[t][0]})" for t in tunables)
+                + " or " + text)
     return text + ", or give buffers shorter lifetimes so they can share memory"
 
 

@@ -145,8 +145,9 @@ def synth(components: int, buffers: int, seed: int = 0, arch: str = "sm_90a",
                       if (b.live or (0, phases))[0] <= p < (b.live or (0, phases))[1])
                   for p in range(phases))
     scale = max(1, -(-2 * busiest // limit))
-    if scale > 1:
-        bufs = [Buffer(b.name, Sized(b.size.depends, tuple(
+    if scale > 1:   # tiles and scratch shrink; an mbarrier stays 8 bytes
+        bufs = [b if b.align == MBARRIER_BYTES else
+                Buffer(b.name, Sized(b.size.depends, tuple(
                     (k, _scaled(v, scale, b.align)) for k, v in b.size.table)),
                        b.align, b.live, b.source) for b in bufs]
     bars = _keep_barriers(bars, ARCH_LIMITS[arch]["named_barriers"] - 1)

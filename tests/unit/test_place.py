@@ -249,6 +249,7 @@ BROKEN = {
                       "powers of two"),
     "unknown_arch": (Problem("sm_75"), "unknown arch"),
     "duplicate": (Problem("sm_90a", buffers=(buf("a.x", 8), buf("a.x", 16))), "two shared"),
+    "objective": (Problem("sm_90a", objective="min_warps"), "unknown objective"),
 }
 
 
@@ -275,6 +276,19 @@ def test_synthetic_never_worse_than_first_fit(seed: int):
         return sum(t.weight * x.tunables[t.name] for t in problem.tunables)
 
     assert (score(p), -p.smem_bytes) >= (score(greedy), -greedy.smem_bytes)
+
+
+@pytest.mark.parametrize("components,buffers,arch", [(1, 3, "sm_90a"), (6, 24, "sm_90a"),
+                                                    (64, 512, "sm_100a")])
+def test_synth_is_seeded_and_sized(components: int, buffers: int, arch: str):
+    problem = synth(components, buffers, seed=7, arch=arch)
+    assert problem == synth(components, buffers, seed=7, arch=arch)
+    assert problem != synth(components, buffers, seed=8, arch=arch)
+    assert len(problem.buffers) == buffers and len(problem.tunables) == components
+    assert sum(r.warps for r in problem.roles) <= 32
+    assert bool(problem.tmem) == (arch == "sm_100a")
+    greedy = first_fit(problem)     # the generator makes kernels that fit
+    assert greedy is not None and verify(problem, greedy) == []
 
 
 CORRUPT = {
