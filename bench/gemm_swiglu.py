@@ -126,7 +126,7 @@ def bench_shape(ops: dict, act, m: int, n: int, k: int, runs: int, reps: int  # 
     return {"gemm": gemm, "swiglu": fused}
 
 
-def run(build: Path, quick: bool) -> list[dict[str, object]]:
+def run(build: Path, quick: bool, rounds: int) -> list[dict[str, object]]:
     import pipelink
     peak, bw = ceilings()
     print(f"ceilings: {peak:.0f} TFLOP/s bf16, {bw:.0f} GB/s copy")
@@ -139,7 +139,7 @@ def run(build: Path, quick: bool) -> list[dict[str, object]]:
         for m in (MS[::2] if quick else MS):
             flops = 2 * m * n * k
             reps = max(1, min(20, int(2e12 // flops)))   # ~>= 3 ms of work per sample
-            times = bench_shape(ops, act, m, n, k, runs=15, reps=reps)
+            times = bench_shape(ops, act, m, n, k, runs=rounds, reps=reps)
             gemm, fused = times["gemm"], times["swiglu"]
             row = {"M": m, "N": n, "K": k, **times,
                    "floor_gemm": floor_ms(m, n, k, n, peak, bw),
@@ -226,11 +226,12 @@ def main() -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--json")
     p.add_argument("--report", help="results JSON -> RESULTS.md section and SVG")
+    p.add_argument("--rounds", type=int, default=15, help="timed rounds per variant")
     a = p.parse_args()
     if a.report:
         report(Path(a.report))
         return
-    rows = run(Path(a.build), a.quick)
+    rows = run(Path(a.build), a.quick, a.rounds)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
 

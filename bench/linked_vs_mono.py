@@ -30,7 +30,7 @@ OUT = ROOT / "build" / "lvm"
 RECIPES = ["gemm", "gemm_swiglu", "gemm_bias_gelu", "gemm_cute", "gemm_swiglu_cute"]
 TILE_N = [128, 256]
 STAGES = [2, 3, 4]
-PROBLEMS = [(2048, 8192, 4096), (4096, 4096, 2048)]     # (M, N, K)
+PROBLEMS = [(2048, 8192, 4096), (4096, 4096, 2048), (1024, 16384, 8192)]     # (M, N, K)
 TILE_M, TILE_K = 128, 64
 ROTATE = 3
 ROUNDS = 15
@@ -52,6 +52,9 @@ def variant_recipe(name: str, tile_n: int, stages: int) -> dict:
         params = spec.setdefault("params", {})
         if "tile_n" in params:
             params["tile_n"] = tile_n
+        if spec.get("component") == "swiglu_epilogue" and tile_n == min(TILE_N):
+            # A 128-wide gate/up tile leaves one 64-column output chunk: one staging buffer.
+            params["buffers"] = 1
         if spec.get("component") in ("tma_loader", "wgmma_mainloop", "cute_mainloop"):
             spec.setdefault("tunables", {})["stages"] = stages
     bind = data["launch"]["bind"]
