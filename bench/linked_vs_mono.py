@@ -10,7 +10,8 @@ A *variant* is a recipe with its tile shape and pipeline depth pinned; a
 *configuration* is a variant on one problem shape. Each configuration times the
 linked kernel (A), the monolithic kernel (B) and a second load of the linked cubin
 (A'), interleaved A B A' / A' B A, CUDA events around batches of launches on
-rotating inputs, medians of many rounds. |A'/A - 1| is the noise floor.
+rotating inputs, many rounds. The ratio is the median over rounds of A/B within
+a round (drift between rounds cancels); |median A'/A - 1| is the noise floor.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ STAGES = [2, 3, 4]
 PROBLEMS = [(2048, 8192, 4096), (4096, 4096, 2048), (1024, 16384, 8192)]     # (M, N, K)
 TILE_M, TILE_K = 128, 64
 ROTATE = 3
-ROUNDS = 25
+ROUNDS = 41
 TARGET_SAMPLE_MS = 5.0          # per timed batch: long enough that event jitter is < 0.1%
 WARM_SECONDS = 2.0              # busy the GPU first so clocks settle before the first config
 
@@ -172,9 +173,12 @@ def time_config(folder_linked: Path, folder_mono: Path, problem: tuple[int, int,
         for name in (["A", "B", "A2"] if r % 2 == 0 else ["A2", "B", "A"]):
             times[name].append(sample(ops[name], reps))
     med = {name: statistics.median(v) for name, v in times.items()}
+    # Ratios of the samples of one round, then their median: drift between rounds
+    # (clocks, temperature) cancels; what is left is the noise A' measures.
+    paired = statistics.median(a / b for a, b in zip(times["A"], times["B"], strict=True))
+    again = statistics.median(a2 / a for a, a2 in zip(times["A"], times["A2"], strict=True))
     return {"linked_ms": med["A"], "mono_ms": med["B"], "linked_again_ms": med["A2"],
-            "ratio": med["A"] / med["B"], "noise": abs(med["A2"] / med["A"] - 1),
-            "reps": reps}
+            "ratio": paired, "noise": abs(again - 1), "reps": reps}
 
 
 def warm_up(torch) -> None:  # noqa: ANN001
