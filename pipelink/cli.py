@@ -60,7 +60,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         print(f"  {key:<28} {json.dumps(value, sort_keys=True)}")
     for port in bound.contract.ports.values():
         fields = {k: v for k, v in port.spec.items()}
-        print(f"  port {port.name:<10} {port.dir} {port.kind} {port.dtype} role={port.role} "
+        dtype = bound.dtype(port.dtype, f"ports.{port.name}.dtype")
+        print(f"  port {port.name:<10} {port.dir} {port.kind} {dtype} role={port.role} "
               f"{json.dumps(fields, sort_keys=True)}")
     return 0
 
@@ -181,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     except PipeLinkError as exc:
         print(f"pipelink: {exc.kind}: {exc.render()}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `pipelink explain ... | head`: the reader left, not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
