@@ -124,7 +124,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     problems.raise_if_any()
     lanes = _lanes(recipe, bound, transfers, problems)
     problems.raise_if_any()
-    workspace, workspace_bytes = _workspace(bound, transfers)
+    workspace, workspace_bytes = _workspace(bound)
     problem = _problem(recipe, arch, bound, transfers, lanes, problems)
     problems.raise_if_any()
     return Kernel(recipe, arch, bound, tuple(transfers), tuple(lanes), scheduler, workspace,
@@ -483,11 +483,9 @@ def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
     return ordered
 
 
-def _workspace(bound: dict[str, BoundContract],
-               transfers: list[Transfer]) -> tuple[dict[str, GlobalSlots], int]:
+def _workspace(bound: dict[str, BoundContract]) -> tuple[dict[str, GlobalSlots], int]:
     """Lays out the slots of every global out port (connected or not: its producer
     writes them either way), then their counters, in recipe order."""
-    del transfers
     ports = []
     for inst, b in bound.items():
         for name, port in sorted(b.contract.ports.items()):

@@ -380,12 +380,11 @@ def _check_references(c: Contract) -> None:
                         f"port '{port.name}' names mbarrier array '{port.spec[bar]}' as {bar}, "
                         "which is not under mbarriers", where=c.where(f"{key}.{bar}"),
                         hint="mbarriers: " + (", ".join(sorted(mbars)) or "none"))
-    for name, spec in c.section("tmem").items():
+    for name in c.section("tmem"):
         if "sm_100a" not in c.archs:
             raise ContractError(f"tmem '{name}' needs sm_100a in arch",
                                 where=c.where(f"tmem.{name}"),
                                 hint="Tensor Memory exists on sm_100a only")
-        del spec
 
 
 def _expressions(c: Contract):

@@ -14,11 +14,10 @@ included once per param set, each in its own namespace, followed by the same glu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import expr, header
+from . import header
 from .check import (
     CONVERTER_STAGES,
     CONVERTER_WARPS,
@@ -202,10 +201,9 @@ class _Glue:
         for inst, b in self.k.bound.items():
             t = header.type_names(b)
             sections = []
-            for member, fields in header.place_fields(b):
+            for _, fields in header.place_fields(b):
                 values = [self.place_value(inst, b, key) for _, _, key in fields]
                 sections.append("{" + ", ".join(values) + "}")
-                del member
             init = "{" + ", ".join(sections) + "}"
             w(f'extern "C" __device__ const {self.ns(b)}{t["place"]} pl_at_{inst};')
             w(f"__device__ const {self.ns(b)}{t['place']} pl_at_{inst} = {init};")
@@ -575,12 +573,6 @@ class _Glue:
           f"{CONVERTER_THREADS});")
         w.close()
         w.close()
-
-
-def stage_bytes(b: BoundContract, port: str) -> int:
-    spec = b.contract.ports[port].spec
-    elems = math.prod(b.eval(v, f"ports.{port}.shape") for v in spec["shape"])
-    return elems * expr.DTYPE_BYTES[b.dtype(b.contract.ports[port].dtype, port)]
 
 
 def mono_sources(stages: dict[str, Path], bound: dict[str, BoundContract],

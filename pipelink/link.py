@@ -21,7 +21,7 @@ from typing import Any
 from . import glue, header
 from .check import Kernel, check
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
-from .contract import BoundContract, canonical_json, sha256_text
+from .contract import BoundContract, sha256_text
 from .errors import LinkError, ToolchainError
 from .objfile import ComponentObject, read_object, write_atomic
 from .problem import Placement
@@ -260,8 +260,3 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
     write_atomic(out_dir / "kernel.json", json.dumps(meta, sort_keys=True, indent=1) + "\n")
     return LinkResult(out_dir / f"{name}.cubin", out_dir / "kernel.json", placement, kernel,
                       timings)
-
-
-def objects_digest(objects: dict[str, Path]) -> str:
-    return sha256_text(canonical_json({k: sha256_text(Path(v).read_bytes())
-                                       for k, v in sorted(objects.items())}))
