@@ -1,7 +1,10 @@
-"""The runtime's argument checks, without a GPU: every wrong argument is a clear error."""
+"""The runtime without a GPU: every wrong argument is a clear error, shapes follow the
+launch section (also symbolically), and the custom op traces under torch.compile."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 import sys
@@ -9,20 +12,27 @@ import sys
 import pytest
 
 from pipelink.errors import RuntimeLaunchError
-from pipelink.runtime import LinkedKernel, encode_tensormap, tensor_info
+from pipelink.runtime import LinkedKernel, encode_tensormap, read_kernel_folder, tensor_info
+from pipelink.runtime.spec import LaunchSpec, evaluate
+from pipelink.runtime.tensors import TensorInfo, is_dense, overlaps
 
+FIELDS = [
+    {"name": "load_src", "instance": "load", "arg": "src", "type": "tensormap",
+     "offset": 0, "size": 128, "dtype": "bf16", "box": [64, 128], "swizzle": 128},
+    {"name": "store_out", "instance": "store", "arg": "out", "type": "ptr", "offset": 128,
+     "size": 8, "dtype": "f32"},
+    {"name": "load_k_tiles", "instance": "load", "arg": "k_tiles", "type": "u32",
+     "offset": 136, "size": 4},
+    {"name": "workspace", "instance": None, "arg": "workspace", "type": "ptr",
+     "offset": 144, "size": 8}]
 META = {
     "recipe": "demo", "entry": "pl_demo", "block": [128, 1, 1], "dynamic_smem": 1024,
-    "workspace": {"bytes": 0, "counters": []},
-    "params": {"bytes": 192, "fields": [
-        {"name": "load_src", "instance": "load", "arg": "src", "type": "tensormap",
-         "offset": 0, "size": 128, "dtype": "bf16", "box": [64, 128], "swizzle": 128},
-        {"name": "store_out", "instance": "store", "arg": "out", "type": "ptr", "offset": 128,
-         "size": 8, "dtype": "f32"},
-        {"name": "load_k_tiles", "instance": "load", "arg": "k_tiles", "type": "u32",
-         "offset": 136, "size": 4},
-        {"name": "workspace", "instance": None, "arg": "workspace", "type": "ptr",
-         "offset": 144, "size": 8}]},
+    "cubin_sha256": "0" * 64, "workspace": {"bytes": 0, "counters": []},
+    "params": {"bytes": 192, "fields": FIELDS},
+    "launch": {"inputs": [{"name": "x", "dtype": "bf16", "shape": ["M", "K"]}],
+               "outputs": [{"name": "sums", "dtype": "f32", "shape": ["M", "K // 64"]}],
+               "grid": ["ceil_div(M, 128)"],
+               "bind": {"load.src": "x", "store.out": "sums", "load.k_tiles": "K // 64"}},
 }
 
 
@@ -36,11 +46,7 @@ class FakeTensor:
 
 
 def kernel() -> LinkedKernel:
-    k = object.__new__(LinkedKernel)   # no driver: only the checks run
-    k.meta = META
-    k.fields = {f["name"]: f for f in META["params"]["fields"]}
-    k._workspace = None
-    return k
+    return LinkedKernel.from_meta(META)
 
 
 CASES = [
@@ -66,26 +72,116 @@ def test_pack_refuses(args, needles):
         assert needle in str(err.value)
 
 
+@pytest.mark.parametrize("value,needle", [
+    (FakeTensor((8, 4), strides=(32, 8)), "has strides [8, 2] for shape [8, 4]"),
+    (FakeTensor((8, 4), strides=(4, 32)), "dense row-major"),
+    (FakeTensor((8, 4), ptr=0x10004), "4 bytes past a 16-byte boundary"),
+])
+def test_pointer_arguments_must_be_dense_and_aligned(value, needle):
+    k = kernel()
+    with pytest.raises(RuntimeLaunchError, match=re.escape(needle)):
+        k._field(k.fields["store_out"], "store.out", value)
+
+
+def test_pointer_alignment_follows_the_contract():
+    meta = json.loads(json.dumps(META))
+    meta["params"]["fields"][1]["align"] = 4
+    k = LinkedKernel.from_meta(meta)
+    assert k._field(k.fields["store_out"], "store.out", FakeTensor((8,), ptr=0x10004))
+
+
 @pytest.mark.parametrize("value,needle", [(-1, "'load.k_tiles' (u32)"),
                                           (2 ** 32, "'load.k_tiles' (u32)"),
                                           ("4", "'load.k_tiles' (u32) takes an integer, got '4'")])
 def test_scalars_are_range_checked(value, needle):
     k = kernel()
-    field = k.fields["load_k_tiles"]
     with pytest.raises(RuntimeLaunchError, match=re.escape(needle)):
-        k._field(field, "load.k_tiles", value)
+        k._field(k.fields["load_k_tiles"], "load.k_tiles", value)
 
 
 @pytest.mark.parametrize("info,needle", [
-    (tensor_info(FakeTensor((128, 64), "<f2", ptr=0x10008), "x"), "not 16-byte aligned"),
+    (tensor_info(FakeTensor((128, 64), "<f2", ptr=0x10008), "x"), "past a 16-byte boundary"),
     (tensor_info(FakeTensor((128, 60), "<f2"), "x"), "not a multiple of 16"),
     (tensor_info(FakeTensor((128,), "<f2"), "x"), "needs a 2-D tensor"),
     (tensor_info(FakeTensor((128, 64), "<f2", strides=(2, 256)), "x"),
-     "innermost dimension must be contiguous"),
+     "innermost dimension has stride 128"),
 ])
 def test_tensor_maps_refuse_bad_layouts(info, needle):
     with pytest.raises(RuntimeLaunchError, match=needle):
         encode_tensormap(info, [64, 128], 128, "x")
+
+
+@pytest.mark.parametrize("a,b,expected", [
+    ((0x1000, (4, 4), (4, 1)), (0x1000 + 64, (4,), (1,)), False),   # adjacent
+    ((0x1000, (4, 4), (4, 1)), (0x1000 + 60, (4,), (1,)), True),    # last element shared
+    ((0x1000, (4, 4), (8, 1)), (0x1000 + 32, (2,), (1,)), True),    # inside a strided span
+    ((0x1000, (0, 4), (4, 1)), (0x1000, (4,), (1,)), False),        # empty
+])
+def test_overlap_of_spans(a, b, expected):
+    ta = TensorInfo(a[0], a[1], a[2], "f32", True)
+    tb = TensorInfo(b[0], b[1], b[2], "f32", True)
+    assert overlaps(ta, tb) is expected and overlaps(tb, ta) is expected
+
+
+@pytest.mark.parametrize("shape,strides,dense", [((4, 4), (4, 1), True), ((4, 4), (8, 1), False),
+                                                 ((1, 4), (99, 1), True), ((4, 1), (1, 7), True),
+                                                 ((4, 4), (1, 4), False)])
+def test_dense(shape, strides, dense):
+    assert is_dense(TensorInfo(0, shape, strides, "f32", True)) is dense
+
+
+def test_launch_spec_sizes_and_outputs():
+    spec = LaunchSpec.from_meta(META)
+    sizes = spec.sizes({"x": (300, 256)}, {"x": "bf16"}, {"num_sms": 132})
+    assert spec.output_shapes(sizes) == {"sums": [300, 4]}
+    assert spec.grid_for(sizes, 132) == [3]
+    assert spec.scalars(sizes) == {"load.k_tiles": 4}
+    assert [f["name"] for f in spec.fields_of["x"]] == ["load_src"]
+
+
+@pytest.mark.parametrize("shapes,dtypes,needle", [
+    ({"x": (300,)}, {"x": "bf16"}, "input 'x' has 1 dimensions [300], expected 2"),
+    ({"x": (300, 256)}, {"x": "f16"}, "input 'x' is f16, expected bf16"),
+])
+def test_launch_spec_refuses(shapes, dtypes, needle):
+    with pytest.raises(RuntimeLaunchError, match=re.escape(needle)):
+        LaunchSpec.from_meta(META).sizes(shapes, dtypes)
+
+
+def test_shared_sizes_must_agree():
+    meta = json.loads(json.dumps(META))
+    meta["launch"]["inputs"].append({"name": "w", "dtype": "bf16", "shape": ["N", "K"]})
+    with pytest.raises(RuntimeLaunchError, match=re.escape("input 'w' has shape [64, 128], "
+                                                           "expected [64, 256]")):
+        LaunchSpec.from_meta(meta).sizes({"x": (8, 256), "w": (64, 128)},
+                                         {"x": "bf16", "w": "bf16"})
+
+
+@pytest.mark.parametrize("text,sizes,value", [("ceil_div(M, 128)", {"M": 129}, 2),
+                                              ("N // 2", {"N": 10}, 5),
+                                              ("max(M, 8, 3)", {"M": 4}, 8),
+                                              ("align_up(M, 16)", {"M": 17}, 32)])
+def test_evaluate(text, sizes, value):
+    assert evaluate(text, sizes, "k") == value
+
+
+def test_evaluate_names_unknown_sizes():
+    with pytest.raises(RuntimeLaunchError, match="names 'Mm', which no input dimension"):
+        evaluate("Mm // 128", {"M": 1}, "grid")
+
+
+def test_kernel_folder_sha256_is_verified(tmp_path):
+    cubin = b"\x7fELF not really a cubin"
+    meta = dict(META, cubin_sha256=hashlib.sha256(cubin).hexdigest())
+    (tmp_path / "kernel.json").write_text(json.dumps(meta))
+    (tmp_path / "demo.cubin").write_bytes(cubin)
+    assert read_kernel_folder(tmp_path)[1] == cubin
+    (tmp_path / "demo.cubin").write_bytes(cubin[:-1] + b"X")
+    with pytest.raises(RuntimeLaunchError, match="does not match kernel.json"):
+        read_kernel_folder(tmp_path)
+    (tmp_path / "demo.cubin").unlink()
+    with pytest.raises(RuntimeLaunchError, match="not a built kernel folder"):
+        read_kernel_folder(tmp_path)
 
 
 def test_runtime_imports_without_build_tools():

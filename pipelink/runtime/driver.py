@@ -1,0 +1,68 @@
+"""The CUDA driver through cuda.bindings: results unwrapped, failures as RuntimeLaunchError.
+
+Everything the runtime asks of the driver goes through :func:`call`, so a failing call
+always names what it was doing.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..errors import RuntimeLaunchError
+
+
+@functools.cache
+def driver() -> Any:
+    """The cuda.bindings driver module (imported on first use: loading a package that
+    only inspects kernel.json needs no CUDA)."""
+    from cuda.bindings import driver as drv
+    return drv
+
+
+def call(result: Any, what: str) -> Any:
+    """Unwraps a cuda.bindings ``(err, value...)`` tuple, raising on an error."""
+    drv = driver()
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        _, name = drv.cuGetErrorName(err)
+        raise RuntimeLaunchError(f"{what} failed: {name.decode() if name else err}")
+    return rest[0] if len(rest) == 1 else (tuple(rest) if rest else None)
+
+
+def current_device() -> int:
+    """The device of the current context, making one current first if none is.
+
+    With PyTorch loaded this is torch's current device (its primary context), so a
+    module loads where the tensors live; without it, device 0's primary context.
+    """
+    drv = driver()
+    call(drv.cuInit(0), "cuInit")
+    torch_device = _torch_device()
+    if torch_device is not None:
+        device = call(drv.cuDeviceGet(torch_device), "cuDeviceGet")
+        ctx = call(drv.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        call(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return torch_device
+    if int(call(drv.cuCtxGetCurrent(), "cuCtxGetCurrent") or 0) == 0:
+        device = call(drv.cuDeviceGet(0), "cuDeviceGet")
+        ctx = call(drv.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+        call(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return int(call(drv.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+def _torch_device() -> int | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.current_device()
+
+
+def sm_count(device: int) -> int:
+    drv = driver()
+    return int(call(drv.cuDeviceGetAttribute(
+        drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        call(drv.cuDeviceGet(device), "cuDeviceGet")), "reading the SM count"))

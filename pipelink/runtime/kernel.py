@@ -1,0 +1,209 @@
+"""A linked cubin and its kernel.json: verified, loaded, and launched with explicit,
+checked arguments named ``instance.arg``.
+
+Nothing here needs PyTorch: :class:`LinkedKernel` takes any tensor with
+``__cuda_array_interface__`` and a raw stream handle. :mod:`pipelink.runtime.op` builds
+the PyTorch-facing callable on top of it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from ..errors import RuntimeLaunchError
+from .driver import call, current_device, driver
+from .tensors import encode_tensormap, require_aligned, require_dense, tensor_info
+
+KERNEL_JSON = "kernel.json"
+# What a `ptr` argument must be aligned to when its contract says nothing: the
+# components read rows with 16-byte vector accesses.
+DEFAULT_PTR_ALIGN = 16
+_SCALAR = {"u32": "<I", "i32": "<i", "u64": "<Q", "f32": "<f"}
+WORKSPACE_FIELD = "workspace"
+
+
+def read_kernel_folder(folder: Path) -> tuple[dict[str, Any], bytes]:
+    """kernel.json and the cubin it names, the cubin's sha256 verified: a corrupted or
+    swapped cubin is refused, never loaded."""
+    try:
+        meta = json.loads((folder / KERNEL_JSON).read_text())
+        cubin_name = meta.get("cubin") or f"{meta['recipe']}.cubin"
+        cubin = (folder / cubin_name).read_bytes()
+        expected = meta["cubin_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeLaunchError(f"not a built kernel folder: {exc}", where=str(folder),
+                                 hint="build it with scons or 'pipelink link'") from None
+    actual = hashlib.sha256(cubin).hexdigest()
+    if actual != expected:
+        raise RuntimeLaunchError(
+            f"{cubin_name} does not match kernel.json (sha256 {actual[:16]}..., kernel.json "
+            f"records {str(expected)[:16]}...): the file is corrupted or from another build",
+            where=str(folder / cubin_name), hint="rebuild it (scons) or copy the folder again")
+    return meta, cubin
+
+
+class LinkedKernel:
+    """A linked cubin plus its kernel.json, loaded into the current device's context."""
+
+    def __init__(self, folder: Path | str) -> None:
+        self.folder = Path(folder)
+        self.meta, cubin = read_kernel_folder(self.folder)
+        cluster = self.meta.get("cluster") or [1, 1, 1]
+        if any(int(c) != 1 for c in cluster):
+            raise RuntimeLaunchError(f"kernel '{self.name}' is built for a {cluster} cluster, "
+                                     "which this runtime does not launch yet",
+                                     where=str(self.folder / KERNEL_JSON))
+        drv = driver()
+        self.device = current_device()
+        self._cubin = cubin  # the driver keeps a pointer until the module loads
+        self.module = call(drv.cuModuleLoadData(cubin), f"loading {self.name}")
+        self.function = call(drv.cuModuleGetFunction(self.module, self.meta["entry"].encode()),
+                             "cuModuleGetFunction")
+        self.handle = int(self.function)
+        call(drv.cuFuncSetAttribute(
+            self.function,
+            drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            self.meta["dynamic_smem"]), "raising the dynamic shared-memory limit")
+        self._init_fields()
+
+    def _init_fields(self) -> None:
+        self.fields = {f["name"]: f for f in self.meta["params"]["fields"]}
+        self.workspace_bytes = int(self.meta["workspace"]["bytes"])
+        self.counters = [tuple(c) for c in self.meta["workspace"]["counters"]]
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> LinkedKernel:
+        """The argument checks and packing alone, with no driver (for tests and tools)."""
+        k = object.__new__(cls)
+        k.folder, k.meta, k.device = Path("."), meta, None
+        k._init_fields()
+        return k
+
+    @property
+    def name(self) -> str:
+        kernel = self.meta.get("kernel")
+        return f"{self.meta['recipe']}.{kernel}" if kernel else self.meta["recipe"]
+
+    @property
+    def args(self) -> list[str]:
+        return [f"{f['instance']}.{f['arg']}" for f in self.meta["params"]["fields"]
+                if f["instance"] is not None]
+
+    def pack(self, args: dict[str, Any]) -> bytes:
+        """The parameter block, each argument checked against kernel.json."""
+        wanted = set(self.args)
+        unknown = sorted(set(args) - wanted)
+        if unknown:
+            raise RuntimeLaunchError(f"unknown argument(s) {unknown} for kernel '{self.name}'",
+                                     hint="arguments: " + ", ".join(sorted(wanted)))
+        missing = sorted(wanted - set(args))
+        if missing:
+            raise RuntimeLaunchError(f"missing argument(s) {missing} for kernel '{self.name}'")
+        block = bytearray(self.meta["params"]["bytes"])
+        for f in self.meta["params"]["fields"]:
+            if f["instance"] is None:
+                continue
+            name = f"{f['instance']}.{f['arg']}"
+            block[f["offset"]:f["offset"] + f["size"]] = self._field(f, name, args[name])
+        return bytes(block)
+
+    def _field(self, f: dict[str, Any], name: str, value: Any) -> bytes:
+        if f["type"] in _SCALAR:
+            if f["type"] != "f32" and (isinstance(value, bool) or not isinstance(value, int)):
+                raise RuntimeLaunchError(f"argument '{name}' ({f['type']}) takes an integer, "
+                                         f"got {value!r}")
+            try:
+                return struct.pack(_SCALAR[f["type"]], value)
+            except struct.error as exc:
+                raise RuntimeLaunchError(f"argument '{name}' ({f['type']}): {exc}") from None
+        info = tensor_info(value, name)
+        if not info.on_gpu:
+            raise RuntimeLaunchError(f"argument '{name}' is on the CPU",
+                                     hint="move it to the GPU (.cuda())")
+        if self.device is not None and info.device is not None and info.device != self.device:
+            raise RuntimeLaunchError(f"argument '{name}' is on cuda:{info.device}, the kernel "
+                                     f"was loaded on cuda:{self.device}",
+                                     hint="load the kernel under torch.cuda.device(...) of "
+                                          "the tensors, or move them")
+        if f.get("dtype") and info.dtype != f["dtype"]:
+            raise RuntimeLaunchError(f"argument '{name}' is {info.dtype}, the kernel takes "
+                                     f"{f['dtype']}", hint=f"convert it to {f['dtype']}")
+        if f["type"] == "tensormap":
+            return encode_tensormap(info, f["box"], f.get("swizzle", 0), name)
+        require_dense(info, name, f"'{f['instance']}.{f['arg']}'")
+        require_aligned(info, f.get("align", DEFAULT_PTR_ALIGN), name)
+        return struct.pack("<Q", info.ptr)
+
+    def prepare(self, grid: tuple[int, ...] | list[int], args: dict[str, Any]) -> Launch:
+        """Checks and packs the arguments once; the result launches with no more work
+        than cuLaunchKernel (and zeroing hand-off counters, if the kernel has any)."""
+        grid = (list(grid) + [1, 1])[:3]
+        if min(grid) < 1:
+            raise RuntimeLaunchError(f"empty grid {grid} for kernel '{self.name}'")
+        return Launch(self, tuple(grid), self.pack(args))
+
+    def launch(self, grid: tuple[int, ...] | list[int], args: dict[str, Any],
+               stream: int = 0) -> None:
+        """One launch on ``stream`` (a raw CUstream handle; 0 is the legacy stream)."""
+        self.prepare(grid, args)(stream)
+
+
+class Launch:
+    """One kernel with its parameter block packed: calling it launches on a stream.
+
+    The global hand-off workspace is the caller's (one per call, so concurrent
+    launches never share counters); without one, the launch allocates it stream-ordered
+    (cuMemAllocAsync), so it is capturable in a CUDA graph.
+    """
+
+    def __init__(self, kernel: LinkedKernel, grid: tuple[int, ...], block: bytes) -> None:
+        self.kernel, self.grid = kernel, grid
+        self._buffer = ctypes.create_string_buffer(block, len(block))
+        self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._buffer))
+        self._address = ctypes.addressof(self._params)
+        field = kernel.fields[WORKSPACE_FIELD]
+        self._workspace_at = ctypes.addressof(self._buffer) + field["offset"]
+        self._shape = (*grid, *kernel.meta["block"], kernel.meta["dynamic_smem"])
+        self._cu_launch = _launch_kernel()
+
+    def __call__(self, stream: int = 0, workspace: int | None = None) -> None:
+        k = self.kernel
+        if not k.workspace_bytes:
+            self.fire(stream)
+            return
+        drv = driver()
+        owned = None
+        if workspace is None:
+            owned = call(drv.cuMemAllocAsync(k.workspace_bytes, stream), "allocating the workspace")
+            workspace = int(owned)
+        ctypes.c_uint64.from_address(self._workspace_at).value = workspace
+        for offset, nbytes in k.counters:
+            call(drv.cuMemsetD8Async(workspace + offset, 0, nbytes, stream),
+                 "zeroing hand-off counters")
+        self.fire(stream)
+        if owned is not None:
+            call(drv.cuMemFreeAsync(owned, stream), "freeing the workspace")
+
+    def fire(self, stream: int) -> None:
+        """Launches with no workspace handling (for kernels without hand-off counters)."""
+        err = self._cu_launch(self.kernel.handle, *self._shape, stream, self._address, None)
+        if err:
+            call((driver().CUresult(err),), f"launching {self.kernel.name}")
+
+
+@functools.cache
+def _launch_kernel() -> Any:
+    """cuLaunchKernel straight from the driver library: the launch is the one call on
+    every op's hot path, and a typed ctypes call costs a fraction of a generic binding."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn

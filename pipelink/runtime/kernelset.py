@@ -1,0 +1,120 @@
+"""A multi-kernel recipe loaded whole: each kernel an :class:`~pipelink.runtime.op.Op`,
+and, where the recipe has an ``autograd:`` section, the forward kernel's op made
+differentiable, its backward running the recipe's gradient kernels.
+
+``kernels.json`` (written by the link step beside the kernels' folders) says which
+kernel lives where and how gradients follow::
+
+    "autograd": {"forward": "forward",
+                 "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}}}
+
+An input reference names a forward input or output, or ``grad.<output>``; a ``.T``
+suffix passes a contiguous transpose of that 2-D tensor.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import RuntimeLaunchError
+from . import torch_ops
+from .op import Op
+
+KERNELS_JSON = "kernels.json"
+GRAD_PREFIX = "grad."
+TRANSPOSE_SUFFIX = ".T"
+
+
+class KernelSet:
+    """The kernels of one recipe: ``ks.forward(x, w)``, ``ks["dgrad"]``, and ``ks(x, w)``
+    (the differentiable forward) where the recipe defines autograd."""
+
+    def __init__(self, folder: Path | str) -> None:
+        folder = Path(folder)
+        try:
+            index = json.loads((folder / KERNELS_JSON).read_text())
+            kernels = dict(index["kernels"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RuntimeLaunchError(f"not a built multi-kernel folder: {exc}",
+                                     where=str(folder / KERNELS_JSON)) from None
+        self.folder, self.recipe = folder, index.get("recipe", folder.name)
+        self.kernels = {name: Op(folder / sub) for name, sub in sorted(kernels.items())}
+        self.autograd = index.get("autograd")
+        self.forward_op = None
+        if self.autograd:
+            self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
+            _register_backward(self.forward_op, self.autograd["grads"], self)
+
+    def _kernel(self, name: str, key: str) -> Op:
+        if name not in self.kernels:
+            raise RuntimeLaunchError(f"{key} names kernel '{name}', which {self.recipe} does "
+                                     "not have", where=str(self.folder / KERNELS_JSON),
+                                     hint="kernels: " + ", ".join(self.kernels))
+        return self.kernels[name]
+
+    def __getitem__(self, name: str) -> Op:
+        return self._kernel(name, "kernel")
+
+    def __getattr__(self, name: str) -> Op:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(name)
+
+    def __call__(self, *inputs: Any, **kw: Any) -> Any:
+        if self.forward_op is None:
+            raise RuntimeLaunchError(f"{self.recipe} has several kernels and no autograd: "
+                                     "section; call one of them",
+                                     hint="kernels: " + ", ".join(self.kernels))
+        return self.forward_op(*inputs, **kw)
+
+    def __repr__(self) -> str:
+        return f"<pipelink kernels {self.recipe}: {', '.join(self.kernels)}>"
+
+
+def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -> None:
+    """Registers the gradient kernels as the forward op's autograd formula."""
+    import torch
+    inputs = forward.spec.input_names
+    outputs = tuple(o.name for o in forward.spec.outputs)
+    refs = {r for g in grads.values() for r in g["inputs"]}
+    saved = [n for n in (*inputs, *outputs)
+             if any(r.removesuffix(TRANSPOSE_SUFFIX) == n for r in refs)]
+    name = torch_ops.op_name(forward.kernel.meta)
+    steps = [(inputs.index(x), kernels._kernel(g["kernel"], f"autograd.grads.{x}"),
+              tuple(g["inputs"])) for x, g in grads.items()]
+
+    def setup_context(ctx: Any, inputs_: tuple[Any, ...], output: Any) -> None:
+        values = dict(zip(inputs, inputs_, strict=True))
+        values.update(zip(outputs, output if len(outputs) > 1 else (output,), strict=True))
+        ctx.save_for_backward(*(values[n] for n in saved))
+
+    def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
+        env = dict(zip(saved, ctx.saved_tensors, strict=True))
+        for o, g in zip(outputs, grad_outputs, strict=True):
+            env[GRAD_PREFIX + o] = g
+        result: list[Any] = [None] * len(inputs)
+        for position, op, args in steps:
+            if ctx.needs_input_grad[position]:
+                result[position] = op.torch_op(*(_resolve(r, env) for r in args))
+        return tuple(result)
+
+    if name not in _REGISTERED:
+        torch.library.register_autograd(f"{torch_ops.NAMESPACE}::{name}", backward,
+                                        setup_context=setup_context,
+                                        lib=torch_ops.library(name))
+        _REGISTERED.add(name)
+
+
+# Autograd formulas registered in this process (a name registers once, like its op).
+_REGISTERED: set[str] = set()
+
+
+def _resolve(ref: str, env: dict[str, Any]) -> Any:
+    transpose = ref.endswith(TRANSPOSE_SUFFIX)
+    tensor = env[ref.removesuffix(TRANSPOSE_SUFFIX)]
+    if transpose:
+        tensor = tensor.t()
+    return tensor.contiguous()

@@ -1,0 +1,352 @@
+"""A built kernel as a PyTorch operator: ``op(*inputs) -> outputs`` per the recipe's
+``launch:`` section.
+
+- It launches on ``torch.cuda.current_stream()`` (or ``stream=``), so it orders with the
+  work around it and is captured by ``torch.cuda.graph``.
+- Each call gets its own hand-off workspace from PyTorch's caching allocator.
+- It is a ``torch.library`` custom op with a fake implementation, so
+  ``torch.compile(fullgraph=True)`` traces it without a graph break.
+- Every argument is checked before a launch (shape, strides, alignment, dtype, device,
+  overlap); a mistake is a :class:`RuntimeLaunchError` naming the argument, never a CUDA
+  error or an out-of-bounds write.
+
+Checks that depend only on layouts run once per layout (a :class:`Plan`); what a cached
+call still does is read the addresses, check their alignment, allocate the outputs and
+launch. Anything unusual (a new layout, a misaligned address, ``out=``) takes the
+checked path, which raises the error or fills the caches.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import RuntimeLaunchError
+from . import torch_ops
+from .driver import sm_count
+from .kernel import DEFAULT_PTR_ALIGN, Launch, LinkedKernel
+from .spec import LaunchSpec
+from .tensors import (
+    TMA_ALIGN,
+    TensorInfo,
+    overlaps,
+    require_aligned,
+    require_dense,
+    require_tma_layout,
+    tensor_info,
+)
+
+LAUNCH_CACHE = 16              # packed launches kept per layout (by tensor addresses)
+
+
+@dataclass
+class Plan:
+    """What one layout of the arguments (shapes, strides, dtypes, device) resolves to."""
+
+    grid: list[int]
+    scalars: dict[str, int]
+    alloc: tuple[tuple[str, tuple[int, ...], Any], ...]   # fresh outputs: name, shape, dtype
+    aligns: tuple[tuple[str, int], ...]       # tensor name -> byte alignment its fields need
+    input_aligns: tuple[tuple[int, int], ...]  # the same, by input position
+    launches: OrderedDict[tuple, Launch] = field(default_factory=OrderedDict)
+
+
+class Op:
+    """A built kernel folder as a callable PyTorch operator."""
+
+    def __init__(self, folder: Path | str) -> None:
+        self.kernel = LinkedKernel(folder)
+        self.spec = LaunchSpec.from_meta(self.kernel.meta)
+        if not self.spec.inputs:
+            raise RuntimeLaunchError("the recipe states no host-side launch (launch.inputs)",
+                                     where=str(folder),
+                                     hint="use LinkedKernel.launch with explicit arguments")
+        self._setup(sm_count(self.kernel.device))
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], num_sms: int) -> Op:
+        """The op's checks, shapes and torch registration from kernel.json alone, with no
+        driver (for tools and tests; it cannot launch)."""
+        op = object.__new__(cls)
+        op.kernel = LinkedKernel.from_meta(meta)
+        op.spec = LaunchSpec.from_meta(meta)
+        op._setup(num_sms)
+        return op
+
+    def _setup(self, num_sms: int) -> None:
+        import torch
+        self._num_sms = num_sms
+        self._plans: dict[tuple, Plan] = {}
+        self._device = torch.device("cuda", self.kernel.device or 0)
+        self._out_names = tuple(o.name for o in self.spec.outputs)
+        self.torch_op = torch_ops.register(self)
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+    def __repr__(self) -> str:
+        ins = ", ".join(self.spec.input_names)
+        return (f"<pipelink op {self.name}({ins}) -> ({', '.join(self._out_names)}) "
+                f"from {self.kernel.folder}>")
+
+    def __call__(self, *inputs: Any, out: Any = None, stream: Any = None) -> Any:
+        """Runs the kernel on ``inputs`` and returns the outputs (a tensor, or a tuple).
+
+        ``out=`` (a tensor, a tuple, or a dict by output name) writes into given tensors;
+        ``stream=`` (a ``torch.cuda.Stream``) launches there instead of the current
+        stream. Without either, the call goes through the registered custom op when
+        torch.compile traces it or autograd needs it.
+        """
+        if out is None and stream is None:
+            if self.torch_op is not None and torch_ops.is_compiling():
+                return self.torch_op(*inputs)
+            result = self._cached_call(inputs)
+            if result is not None:
+                return result
+            if self.torch_op is not None and torch_ops.use_dispatcher(inputs):
+                return self.torch_op(*inputs)
+        return self._checked_call(inputs, out, stream)
+
+    def run(self, inputs: tuple[Any, ...], *, out: Any = None, stream: Any = None) -> Any:
+        """The eager launch (what the custom op's CUDA kernel calls)."""
+        if out is None and stream is None:
+            result = self._cached_call(inputs)
+            if result is not None:
+                return result
+        return self._checked_call(inputs, out, stream)
+
+    # -- the cached path ---------------------------------------------------------------
+
+    def _cached_call(self, inputs: tuple[Any, ...]) -> Any:
+        """A plain-tensor call whose layout has a plan and whose addresses are aligned;
+        None sends it on (to the dispatcher or the checked path, which explains any
+        problem)."""
+        import torch
+        grad = torch.is_grad_enabled()
+        try:
+            plan = self._plans.get(tuple([(type(t), t.shape, t.stride(), t.dtype,
+                                           t.get_device(), grad and t.requires_grad)
+                                          for t in inputs]))
+        except (AttributeError, TypeError):
+            return None
+        if plan is None:
+            return None
+        ptrs = [t.data_ptr() for t in inputs]
+        for i, align in plan.input_aligns:
+            if ptrs[i] % align:
+                return None
+        device = self._device
+        outs = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype in plan.alloc]
+        key = (*ptrs, *[o.data_ptr() for o in outs])
+        launch = plan.launches.get(key)
+        if launch is None:
+            values = dict(zip(self.spec.input_names, inputs, strict=True))
+            values.update(zip(self._out_names, outs, strict=True))
+            launch = self._new_launch(plan, key, values)
+        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        if self.kernel.workspace_bytes:
+            workspace = torch.empty(self.kernel.workspace_bytes, dtype=torch.uint8, device=device)
+            launch(stream, workspace.data_ptr())
+        else:
+            launch.fire(stream)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # -- the checked path --------------------------------------------------------------
+
+    def _checked_call(self, inputs: tuple[Any, ...], out: Any, stream: Any) -> Any:
+        tensors = self._named_inputs(inputs)
+        given = self._named_outputs(out)
+        plan = self._plan(tensors, given)
+        self._check_addresses(plan, tensors, given)
+        with torch_ops.on_stream(stream, self._device.index) as handle:
+            outputs = self._outputs(plan, given)
+            values = {**tensors, **outputs}
+            key = tuple(t.data_ptr() for t in values.values())
+            launch = plan.launches.get(key) or self._new_launch(plan, key, values)
+            workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index)
+            launch(handle, None if workspace is None else workspace.data_ptr())
+        result = tuple(outputs[name] for name in self._out_names)
+        return result[0] if len(result) == 1 else result
+
+    def prepare(self, *inputs: Any, out: Any = None, stream: Any = None) -> PreparedCall:
+        """Checks and packs one call's arguments once: the result relaunches on the same
+        tensors with nothing but ``cuLaunchKernel`` (the lowest overhead; not for use
+        from two streams at once, since it owns one workspace)."""
+        tensors = self._named_inputs(inputs)
+        given = self._named_outputs(out)
+        plan = self._plan(tensors, given)
+        self._check_addresses(plan, tensors, given)
+        with torch_ops.on_stream(stream, self._device.index) as handle:
+            outputs = self._outputs(plan, given)
+            workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index)
+        launch = self.kernel.prepare(plan.grid, self._bound(plan, {**tensors, **outputs}))
+        result = tuple(outputs[name] for name in self._out_names)
+        return PreparedCall(launch, handle, workspace, result[0] if len(result) == 1 else result,
+                            (tensors, outputs))
+
+    def _named_inputs(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
+        names = self.spec.input_names
+        if len(inputs) != len(names):
+            raise RuntimeLaunchError(f"{self.name} takes {len(names)} inputs "
+                                     f"({', '.join(names)}), got {len(inputs)}")
+        return dict(zip(names, inputs, strict=True))
+
+    def _named_outputs(self, out: Any) -> dict[str, Any]:
+        names = self._out_names
+        if out is None:
+            given = {}
+        elif isinstance(out, dict):
+            given = dict(out)
+        elif isinstance(out, (tuple, list)):
+            if len(out) != len(names):
+                raise RuntimeLaunchError(f"out= has {len(out)} tensors, {self.name} writes "
+                                         f"{len(names)} ({', '.join(names)})")
+            given = dict(zip(names, out, strict=True))
+        elif len(names) == 1:
+            given = {names[0]: out}
+        else:
+            raise RuntimeLaunchError(f"{self.name} writes {len(names)} outputs; pass out= as a "
+                                     f"dict or tuple ({', '.join(names)})")
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise RuntimeLaunchError(f"out= names {unknown}, which {self.name} does not write",
+                                     hint="outputs: " + ", ".join(names))
+        return given
+
+    def _plan(self, tensors: dict[str, Any], given: dict[str, Any]) -> Plan:
+        for o in self.spec.outputs:
+            if o.inplace:
+                if given.get(o.name) is not None and given[o.name] is not tensors[o.inplace]:
+                    raise RuntimeLaunchError(f"output '{o.name}' is written in place over "
+                                             f"input '{o.inplace}'; out= must be that tensor")
+                given[o.name] = tensors[o.inplace]
+        key = tuple(_layout(t) for t in tensors.values())
+        if given:
+            key += tuple((n, _layout(t)) for n, t in given.items())
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = self._make_plan(tensors, given)
+        return plan
+
+    def _make_plan(self, tensors: dict[str, Any], given: dict[str, Any]) -> Plan:
+        infos = {n: tensor_info(t, f"input '{n}'") for n, t in tensors.items()}
+        for name, info in infos.items():
+            self._check_device(f"input '{name}'", info)
+        sizes = self.spec.sizes({n: i.shape for n, i in infos.items()},
+                                {n: i.dtype for n, i in infos.items()},
+                                {"num_sms": self._num_sms})
+        shapes = self.spec.output_shapes(sizes)
+        alloc = []
+        for o in self.spec.outputs:
+            if o.name not in given:
+                alloc.append((o.name, tuple(shapes[o.name]), torch_ops.torch_dtype(o.dtype)))
+                continue
+            info = tensor_info(given[o.name], f"out '{o.name}'")
+            self._check_device(f"out '{o.name}'", info)
+            if list(info.shape) != list(shapes[o.name]) or info.dtype != o.dtype:
+                raise RuntimeLaunchError(f"out '{o.name}' is {info.dtype} {list(info.shape)}, "
+                                         f"the kernel writes {o.dtype} {shapes[o.name]}")
+            infos[o.name] = info
+        aligns = []
+        for name, info in infos.items():
+            aligns += self._check_layout(name, info)
+        position = {n: i for i, n in enumerate(self.spec.input_names)}
+        return Plan(self.spec.grid_for(sizes, self._num_sms), self.spec.scalars(sizes),
+                    tuple(alloc), tuple(aligns),
+                    tuple((position[n], a) for n, a in aligns if n in position))
+
+    def _check_device(self, what: str, info: TensorInfo) -> None:
+        if not info.on_gpu:
+            raise RuntimeLaunchError(f"{what} is on the CPU", hint="move it to the GPU (.cuda())")
+        if info.device is not None and info.device != self._device.index:
+            raise RuntimeLaunchError(f"{what} is on cuda:{info.device}, {self.name} was loaded "
+                                     f"on cuda:{self._device.index}",
+                                     hint="load the op under torch.cuda.device(...) of the "
+                                          "tensors, or move them")
+
+    def _check_layout(self, name: str, info: TensorInfo) -> list[tuple[str, int]]:
+        """Strides against what each kernel argument fed by this tensor reads; returns
+        the alignment its address must have (checked per call)."""
+        aligns = []
+        for f in self.spec.fields_of.get(name, ()):
+            what = f"tensor '{name}' (passed as {f['instance']}.{f['arg']})"
+            if f["type"] == "tensormap":
+                require_tma_layout(info, what)
+                aligns.append((name, TMA_ALIGN))
+            else:
+                require_dense(info, what, f"{f['instance']}.{f['arg']}")
+                aligns.append((name, int(f.get("align", DEFAULT_PTR_ALIGN))))
+        return aligns
+
+    def _check_addresses(self, plan: Plan, tensors: dict[str, Any],
+                         given: dict[str, Any]) -> None:
+        """Alignment of every address a field needs aligned, and overlap of every given
+        output with the inputs and the other outputs (fresh outputs overlap nothing)."""
+        values = {**tensors, **given}
+        for name, align in plan.aligns:
+            if values[name].data_ptr() % align:
+                require_aligned(tensor_info(values[name], name), align, f"tensor '{name}'")
+        if not given:
+            return
+        inplace = {(o.name, o.inplace) for o in self.spec.outputs if o.inplace}
+        written = [(n, tensor_info(t, n)) for n, t in given.items()]
+        read = [(n, tensor_info(t, n)) for n, t in tensors.items()]
+        for i, (out_name, out_info) in enumerate(written):
+            for other, info in read + written[i + 1:]:
+                if (out_name, other) not in inplace and overlaps(out_info, info):
+                    raise RuntimeLaunchError(
+                        f"output '{out_name}' overlaps '{other}' in memory; {self.name} "
+                        "does not compute in place",
+                        hint=f"give '{out_name}' its own storage (or .clone() '{other}')")
+
+    def _outputs(self, plan: Plan, given: dict[str, Any]) -> dict[str, Any]:
+        """The given outputs plus fresh ones (on the current stream's allocator)."""
+        import torch
+        outputs = dict(given)
+        for name, shape, dtype in plan.alloc:
+            outputs[name] = torch.empty(shape, dtype=dtype, device=self._device)
+        return outputs
+
+    # -- launching ------------------------------------------------------------------------
+
+    def _bound(self, plan: Plan, values: dict[str, Any]) -> dict[str, Any]:
+        bound: dict[str, Any] = dict(plan.scalars)
+        for arg, name in self.spec.bind.items():
+            if isinstance(name, str) and name in values:
+                bound[arg] = values[name]
+        return bound
+
+    def _new_launch(self, plan: Plan, key: tuple, values: dict[str, Any]) -> Launch:
+        launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
+        if len(plan.launches) >= LAUNCH_CACHE:
+            plan.launches.popitem(last=False)
+        plan.launches[key] = launch
+        return launch
+
+
+class PreparedCall:
+    """One checked, packed call: ``prepared()`` relaunches it on the same tensors (write
+    new data into ``prepared.inputs``/``prepared.outputs`` between calls)."""
+
+    def __init__(self, launch: Launch, stream: int, workspace: Any, result: Any,
+                 tensors: tuple[dict[str, Any], dict[str, Any]]) -> None:
+        self._launch, self._stream, self._workspace = launch, stream, workspace
+        self._ws_ptr = None if workspace is None else workspace.data_ptr()
+        self.result = result
+        self.inputs, self.outputs = tensors
+
+    def __call__(self) -> Any:
+        self._launch(self._stream, self._ws_ptr)
+        return self.result
+
+
+def _layout(t: Any) -> tuple:
+    """A tensor's layout as the plans key it (what the cached path reads, too: a plan
+    serves calls that autograd does not record)."""
+    try:
+        return (type(t), t.shape, t.stride(), t.dtype, t.get_device(), False)
+    except (AttributeError, TypeError):
+        return (type(t).__name__, id(t))

@@ -1,0 +1,176 @@
+"""The recipe's ``launch:`` section as kernel.json carries it, and what follows from it
+for one set of input shapes: sizes, output shapes, grid, scalar arguments, and which
+tensor feeds which kernel argument (so each tensor gets the checks its argument needs).
+
+Shape expressions are evaluated with plain Python operators, so the same code serves
+real shapes and PyTorch's symbolic ones (``torch.compile`` traces output shapes through
+:func:`output_shapes`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import expr
+from ..errors import PipeLinkError, RuntimeLaunchError
+
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str
+    shape: tuple[Any, ...]          # int or expression text per dimension
+    inplace: str | None = None      # outputs: the input this output is written over
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    bind: dict[str, Any]            # instance.arg -> tensor name or size expression
+    grid: tuple[Any, ...]
+    persistent: bool
+    # tensor name -> the kernel fields it is passed as
+    fields_of: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> LaunchSpec:
+        launch = meta.get("launch") or {}
+
+        def specs(key: str) -> tuple[TensorSpec, ...]:
+            return tuple(TensorSpec(s["name"], s["dtype"], tuple(s["shape"]), s.get("inplace"))
+                         for s in launch.get(key, []))
+        inputs, outputs = specs("inputs"), specs("outputs")
+        names = {s.name for s in (*inputs, *outputs)}
+        by_arg = {f"{f['instance']}.{f['arg']}": f for f in meta["params"]["fields"]
+                  if f["instance"] is not None}
+        fields_of: dict[str, list[dict[str, Any]]] = {}
+        for arg, value in launch.get("bind", {}).items():
+            if isinstance(value, str) and value in names and arg in by_arg:
+                fields_of.setdefault(value, []).append(by_arg[arg])
+        return cls(inputs, outputs, dict(launch.get("bind", {})),
+                   tuple(launch.get("grid", [1])), bool(launch.get("persistent")),
+                   {k: tuple(v) for k, v in fields_of.items()})
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.inputs)
+
+    @property
+    def tensor_names(self) -> set[str]:
+        return {s.name for s in (*self.inputs, *self.outputs)}
+
+    def sizes(self, shapes: Mapping[str, tuple[Any, ...]], dtypes: Mapping[str, str],
+              extra: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Binds each size name to the first input dimension that names it, then
+        checks every input's rank, dtype and shape against its spec."""
+        sizes: dict[str, Any] = dict(extra or {})
+        for spec in self.inputs:
+            shape = shapes[spec.name]
+            if len(shape) != len(spec.shape):
+                raise RuntimeLaunchError(f"input '{spec.name}' has {len(shape)} dimensions "
+                                         f"{list(shape)}, expected {len(spec.shape)}: "
+                                         f"{list(spec.shape)}")
+            if dtypes[spec.name] != spec.dtype:
+                raise RuntimeLaunchError(f"input '{spec.name}' is {dtypes[spec.name]}, "
+                                         f"expected {spec.dtype}",
+                                         hint=f"convert it (.to({_torch_name(spec.dtype)}))")
+            for dim, want in zip(shape, spec.shape, strict=True):
+                if isinstance(want, str) and want.isidentifier() and want not in sizes:
+                    sizes[want] = dim
+        for spec in self.inputs:
+            actual = list(shapes[spec.name])
+            wanted = [evaluate(d, sizes, f"inputs.{spec.name}") for d in spec.shape]
+            if actual != wanted:
+                raise RuntimeLaunchError(f"input '{spec.name}' has shape {actual}, expected "
+                                         f"{wanted} from {list(spec.shape)}")
+        return sizes
+
+    def output_shapes(self, sizes: Mapping[str, Any]) -> dict[str, list[Any]]:
+        return {o.name: [evaluate(d, sizes, f"outputs.{o.name}") for d in o.shape]
+                for o in self.outputs}
+
+    def grid_for(self, sizes: Mapping[str, Any], num_sms: int) -> list[int]:
+        if self.persistent:
+            return [num_sms]
+        return [evaluate(g, sizes, "grid") for g in self.grid]
+
+    def scalars(self, sizes: Mapping[str, Any]) -> dict[str, int]:
+        return {k: evaluate(v, sizes, f"bind.{k}") for k, v in self.bind.items()
+                if not (isinstance(v, str) and v in self.tensor_names)}
+
+
+def evaluate(text: Any, sizes: Mapping[str, Any], key: str) -> Any:
+    """A launch expression over sizes, with Python operators (so symbolic sizes work)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    try:
+        expr.names(text, where=f"kernel.json launch.{key}")   # refuses what expr refuses
+        return _Eval(sizes, text, key).visit(ast.parse(str(text).strip(), mode="eval").body)
+    except PipeLinkError as exc:
+        raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
+
+
+class _Eval(ast.NodeVisitor):
+    def __init__(self, sizes: Mapping[str, Any], text: str, key: str) -> None:
+        self.sizes, self.text, self.key = sizes, text, key
+
+    def generic_visit(self, node: ast.AST) -> Any:
+        raise RuntimeLaunchError(f"cannot evaluate {self.text!r}", where=f"launch.{self.key}")
+
+    def visit_Constant(self, node: ast.Constant) -> Any:
+        return node.value
+
+    def visit_Name(self, node: ast.Name) -> Any:
+        if node.id not in self.sizes:
+            raise RuntimeLaunchError(f"launch.{self.key}: {self.text!r} names '{node.id}', "
+                                     "which no input dimension defines",
+                                     hint="known sizes: " + ", ".join(sorted(self.sizes)))
+        return self.sizes[node.id]
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
+        value = self.visit(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+
+    def visit_BinOp(self, node: ast.BinOp) -> Any:
+        left, right = self.visit(node.left), self.visit(node.right)
+        if isinstance(node.op, ast.Pow):
+            return left ** right
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and isinstance(right, int) and right == 0:
+            raise RuntimeLaunchError(f"launch.{self.key}: division by zero in {self.text!r}")
+        return _BINOPS[type(node.op)](left, right)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        args = [self.visit(a) for a in node.args]
+        name = node.func.id if isinstance(node.func, ast.Name) else ""
+        if name == "ceil_div":
+            return -(-args[0] // args[1])
+        if name == "align_up":
+            return -(-args[0] // args[1]) * args[1]
+        if name in ("min", "max"):
+            return functools.reduce(_sym(name), args)
+        return self.generic_visit(node)
+
+
+def _sym(name: str) -> Callable[..., Any]:
+    """min/max that keep PyTorch symbolic sizes symbolic where torch is loaded."""
+    try:
+        import torch
+        return getattr(torch, f"sym_{name}")
+    except (ImportError, AttributeError):
+        return {"min": min, "max": max}[name]
+
+
+def _torch_name(dtype: str) -> str:
+    return {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16",
+            "i32": "torch.int32"}.get(dtype, dtype)

@@ -1,0 +1,148 @@
+"""Tensors as a launch sees them: address, shape, strides, dtype, and the checks each
+argument kind needs (dense rows, alignment, TMA pitch, overlap) before it reaches a kernel.
+
+A tensor is anything with ``data_ptr()`` (PyTorch) or ``__cuda_array_interface__``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from .. import expr
+from ..errors import RuntimeLaunchError
+from .driver import call, driver
+
+TMA_ALIGN = 16                 # bytes: TMA global addresses and row pitches
+TMA_DESCRIPTOR_BYTES = 128     # sizeof(CUtensorMap)
+TORCH_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32",
+                "uint8": "u8", "int8": "i8", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+_TYPESTR = {"<f4": "f32", "<f2": "f16", "<i4": "i32", "|u1": "u8", "|i1": "i8", "<u4": "u32"}
+_TMA_DTYPES = {"f32": "FLOAT32", "bf16": "BFLOAT16", "f16": "FLOAT16", "u8": "UINT8",
+               "i32": "INT32", "e4m3": "UINT8", "e5m2": "UINT8"}
+_SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]        # elements
+    dtype: str
+    on_gpu: bool
+    device: int | None = None       # CUDA ordinal, where known
+
+    @property
+    def itemsize(self) -> int:
+        return expr.DTYPE_BYTES[self.dtype]
+
+    @property
+    def nbytes_spanned(self) -> int:
+        """Bytes from the first element to one past the last (0 for an empty tensor)."""
+        if any(d == 0 for d in self.shape):
+            return 0
+        return self.itemsize * (1 + sum((d - 1) * abs(s)
+                                        for d, s in zip(self.shape, self.strides, strict=True)))
+
+
+def tensor_info(obj: Any, name: str) -> TensorInfo:
+    """What a launch needs of a tensor, from PyTorch or __cuda_array_interface__."""
+    if hasattr(obj, "data_ptr") and hasattr(obj, "dtype"):
+        dtype = TORCH_DTYPES.get(str(obj.dtype).removeprefix("torch."))
+        if dtype is None:
+            raise RuntimeLaunchError(f"argument '{name}': unsupported dtype {obj.dtype}",
+                                     hint="dtypes: " + ", ".join(sorted(TORCH_DTYPES)))
+        device = getattr(obj, "device", None)
+        return TensorInfo(obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype,
+                          getattr(obj, "is_cuda", False), getattr(device, "index", None))
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        raise RuntimeLaunchError(f"argument '{name}' is not a GPU tensor "
+                                 f"({type(obj).__name__})",
+                                 hint="pass a CUDA tensor (PyTorch, CuPy, or any object with "
+                                      "__cuda_array_interface__)")
+    dtype = _TYPESTR.get(cai["typestr"])
+    if dtype is None:
+        raise RuntimeLaunchError(f"argument '{name}': unsupported typestr {cai['typestr']}")
+    shape = tuple(cai["shape"])
+    size = expr.DTYPE_BYTES[dtype]
+    strides = (tuple(s // size for s in cai["strides"]) if cai.get("strides")
+               else contiguous_strides(shape))
+    return TensorInfo(cai["data"][0], shape, strides, dtype, True)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, step = [], 1
+    for dim in reversed(shape):
+        out.append(step)
+        step *= dim
+    return tuple(reversed(out))
+
+
+def is_dense(info: TensorInfo) -> bool:
+    """Row-major with no gaps (size-1 dimensions may have any stride)."""
+    want = contiguous_strides(info.shape)
+    return all(d == 1 or s == w for d, s, w in zip(info.shape, info.strides, want, strict=True))
+
+
+def require_dense(info: TensorInfo, name: str, why: str) -> None:
+    if not is_dense(info):
+        raise RuntimeLaunchError(
+            f"argument '{name}' has strides {list(info.strides)} for shape {list(info.shape)}; "
+            f"{why} reads it as a dense row-major array "
+            f"(strides {list(contiguous_strides(info.shape))})",
+            hint="pass .contiguous()")
+
+
+def require_aligned(info: TensorInfo, align: int, name: str) -> None:
+    if info.ptr % align:
+        raise RuntimeLaunchError(
+            f"argument '{name}' starts at an address {info.ptr % align} bytes past a "
+            f"{align}-byte boundary; the kernel needs {align}-byte alignment",
+            hint="pass a freshly allocated or .clone()d tensor, not a view at an odd offset")
+
+
+def require_tma_layout(info: TensorInfo, name: str) -> None:
+    """What cuTensorMapEncodeTiled demands of a tensor (checked here to say it plainly)."""
+    if info.strides and info.strides[-1] != 1:
+        raise RuntimeLaunchError(f"argument '{name}': its innermost dimension has stride "
+                                 f"{info.strides[-1]}, TMA needs 1",
+                                 hint="pass .contiguous()")
+    pitches = [s * info.itemsize for s in info.strides[:-1]]
+    if any(p % TMA_ALIGN for p in pitches):
+        raise RuntimeLaunchError(f"argument '{name}': row pitch {pitches} bytes is not a "
+                                 f"multiple of {TMA_ALIGN}",
+                                 hint="pad the inner dimension to a multiple of "
+                                      f"{TMA_ALIGN // info.itemsize} elements")
+
+
+def overlaps(a: TensorInfo, b: TensorInfo) -> bool:
+    """Whether two tensors' spans share a byte (spans, not exact element sets: a
+    conservative answer for strided views)."""
+    na, nb = a.nbytes_spanned, b.nbytes_spanned
+    return bool(na and nb) and a.ptr < b.ptr + nb and b.ptr < a.ptr + na
+
+
+def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, name: str) -> bytes:
+    """A tiled TMA descriptor over a row-major tensor; ``box`` innermost first."""
+    drv = driver()
+    rank = len(info.shape)
+    if rank != len(box):
+        raise RuntimeLaunchError(f"argument '{name}': a {len(box)}-D tile map needs a "
+                                 f"{len(box)}-D tensor, got shape {list(info.shape)}")
+    require_tma_layout(info, name)
+    require_aligned(info, TMA_ALIGN, name)
+    pitches = [s * info.itemsize for s in reversed(info.strides[:-1])]
+    tmap = call(drv.cuTensorMapEncodeTiled(
+        getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[info.dtype]}"),
+        rank, info.ptr,
+        [drv.cuuint64_t(d) for d in reversed(info.shape)],
+        [drv.cuuint64_t(p) for p in pitches], [drv.cuuint32_t(b) for b in box],
+        [drv.cuuint32_t(1)] * rank,
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        f"cuTensorMapEncodeTiled for '{name}'")
+    return ctypes.string_at(tmap.getPtr(), TMA_DESCRIPTOR_BYTES)

@@ -1,0 +1,143 @@
+"""PyTorch integration: streams, allocation, and each loaded kernel as a ``torch.library``
+custom op (``torch.ops.pipelink.<recipe>_<kernel>_<cubin hash>``) with a fake
+implementation that derives output shapes from the launch section, so
+``torch.compile(fullgraph=True)`` traces through it.
+
+PyTorch's operator registry is process-wide; so are the two tables here that feed it
+(the library objects must stay alive, and a name registered once dispatches to the op
+loaded last under it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RuntimeLaunchError
+from .tensors import TORCH_DTYPES
+
+if TYPE_CHECKING:
+    from .op import Op
+
+NAMESPACE = "pipelink"
+_LIBRARIES: dict[str, Any] = {}     # op name -> torch.library.Library that defines it
+_OPS: dict[str, Op] = {}            # op name -> the loaded Op its CUDA kernel runs
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+    return {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+            "i32": torch.int32, "u8": torch.uint8, "i8": torch.int8}[name]
+
+
+def dtype_name(t: Any) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in TORCH_DTYPES:
+        raise RuntimeLaunchError(f"unsupported dtype {t.dtype}",
+                                 hint="dtypes: " + ", ".join(sorted(TORCH_DTYPES)))
+    return TORCH_DTYPES[name]
+
+
+def empty(shape: list[int], dtype: str, device: int) -> Any:
+    import torch
+    return torch.empty(shape, dtype=torch_dtype(dtype), device=torch.device("cuda", device))
+
+
+def workspace(nbytes: int, device: int) -> Any:
+    """A per-call hand-off workspace from the caching allocator (None if unused)."""
+    return empty([nbytes], "u8", device) if nbytes else None
+
+
+@contextlib.contextmanager
+def on_stream(stream: Any, device: int) -> Iterator[int]:
+    """Makes ``device`` and ``stream`` current (so allocations are ordered on it) and
+    yields the raw stream handle. ``None`` means torch's current stream."""
+    import torch
+    if stream is None:
+        if torch.cuda.current_device() == device:
+            yield torch._C._cuda_getCurrentRawStream(device)
+            return
+        with torch.cuda.device(device):
+            yield torch._C._cuda_getCurrentRawStream(device)
+        return
+    if isinstance(stream, int):
+        stream = torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
+    if not isinstance(stream, torch.cuda.Stream):
+        raise RuntimeLaunchError(f"stream= takes a torch.cuda.Stream, got {type(stream).__name__}")
+    if stream.device_index != device:
+        raise RuntimeLaunchError(f"stream= is on cuda:{stream.device_index}, the kernel on "
+                                 f"cuda:{device}")
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        yield stream.cuda_stream
+
+
+def is_compiling() -> bool:
+    import torch
+    return torch.compiler.is_compiling()
+
+
+def use_dispatcher(inputs: tuple[Any, ...]) -> bool:
+    """Whether a call must go through the registered op: while torch.compile traces,
+    for tensor subclasses (fake, functional) and meta tensors, or when autograd records."""
+    import torch
+    if torch.compiler.is_compiling():
+        return True
+    grad = torch.is_grad_enabled()
+    for t in inputs:
+        if type(t) is not torch.Tensor or t.is_meta or (grad and t.requires_grad):
+            return True
+    return False
+
+
+def op_name(meta: dict[str, Any]) -> str:
+    """A name per distinct cubin: the same build loaded twice shares one op."""
+    base = f"{meta['recipe']}_{meta.get('kernel') or 'main'}_{meta['cubin_sha256'][:12]}"
+    return re.sub(r"\W", "_", base)
+
+
+def register(op: Op) -> Any:
+    """Registers ``op`` as a custom op (once per name) and returns its overload."""
+    import torch
+    name = op_name(op.kernel.meta)
+    _OPS[name] = op
+    if name not in _LIBRARIES:
+        if any(o.inplace for o in op.spec.outputs):
+            return None                 # in-place kernels run eagerly only (docs/pytorch.md)
+        lib = torch.library.Library(NAMESPACE, "FRAGMENT")
+        lib.define(schema(name, op))
+        lib.impl(name, functools.partial(_run, name), "CUDA")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", functools.partial(_fake, name),
+                                    lib=lib)
+        _LIBRARIES[name] = lib
+    return getattr(getattr(torch.ops, NAMESPACE), name).default
+
+
+def library(name: str) -> Any:
+    return _LIBRARIES[name]
+
+
+def schema(name: str, op: Op) -> str:
+    args = ", ".join(f"Tensor {n}" for n in op.spec.input_names)
+    outs = len(op.spec.outputs)
+    returns = "Tensor" if outs == 1 else "(" + ", ".join(["Tensor"] * outs) + ")"
+    return f"{name}({args}) -> {returns}"
+
+
+def _run(name: str, *inputs: Any) -> Any:
+    return _OPS[name].run(inputs)
+
+
+def _fake(name: str, *inputs: Any) -> Any:
+    """Output tensors of the right shape and dtype, from the input shapes alone."""
+    op = _OPS[name]
+    spec = op.spec
+    shapes = {n: tuple(t.shape) for n, t in zip(spec.input_names, inputs, strict=True)}
+    dtypes = {n: dtype_name(t) for n, t in zip(spec.input_names, inputs, strict=True)}
+    sizes = spec.sizes(shapes, dtypes, {"num_sms": op._num_sms})
+    out_shapes = spec.output_shapes(sizes)
+    outs = tuple(inputs[0].new_empty(out_shapes[o.name], dtype=torch_dtype(o.dtype))
+                 for o in spec.outputs)
+    return outs[0] if len(outs) == 1 else outs

@@ -1,0 +1,75 @@
+"""Each loaded kernel is a torch.library custom op: its fake implementation derives output
+shapes from the launch section, so torch.compile(fullgraph=True) traces a call with no
+graph break (checked here on meta tensors, without a GPU)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from pipelink.errors import RuntimeLaunchError
+from pipelink.runtime import Op
+from pipelink.runtime.torch_ops import op_name, schema
+
+META = {
+    "recipe": "swiglu_demo", "kernel": None, "entry": "pl_demo", "block": [384, 1, 1],
+    "dynamic_smem": 1024, "cubin_sha256": "ab" * 32,
+    "workspace": {"bytes": 0, "counters": []},
+    "params": {"bytes": 320, "fields": [
+        {"name": "load_tma_a", "instance": "load", "arg": "tma_a", "type": "tensormap",
+         "offset": 0, "size": 128, "dtype": "bf16", "box": [64, 128], "swizzle": 128},
+        {"name": "load_tma_b", "instance": "load", "arg": "tma_b", "type": "tensormap",
+         "offset": 128, "size": 128, "dtype": "bf16", "box": [64, 256], "swizzle": 128},
+        {"name": "store_out", "instance": "store", "arg": "out", "type": "ptr",
+         "offset": 256, "size": 8, "dtype": "bf16"},
+        {"name": "workspace", "instance": None, "arg": "workspace", "type": "ptr",
+         "offset": 264, "size": 8}]},
+    "launch": {"persistent": True,
+               "inputs": [{"name": "x", "dtype": "bf16", "shape": ["M", "K"]},
+                          {"name": "w", "dtype": "bf16", "shape": ["N", "K"]}],
+               "outputs": [{"name": "y", "dtype": "bf16", "shape": ["M", "N // 2"]}],
+               "bind": {"load.tma_a": "x", "load.tma_b": "w", "store.out": "y"}},
+}
+
+
+@pytest.fixture(scope="module")
+def op() -> Op:
+    return Op.from_meta(META, num_sms=132)
+
+
+def test_schema_and_name(op):
+    assert op_name(META) == "swiglu_demo_main_abababababab"
+    assert schema("n", op) == "n(Tensor x, Tensor w) -> Tensor"
+
+
+def test_fake_shapes(op):
+    x = torch.empty(300, 512, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")
+    y = op(x, w)
+    assert y.shape == (300, 512) and y.dtype == torch.bfloat16 and y.is_meta
+
+
+def test_fake_refuses_mismatched_shapes(op):
+    x = torch.empty(300, 512, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(1024, 256, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(RuntimeLaunchError, match=r"input 'w' has shape \[1024, 256\]"):
+        op(x, w)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiles_without_graph_break(op, dynamic):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w: op(x, w) * 2, fullgraph=True, backend="eager",
+                       dynamic=dynamic)
+    for m in (256, 384):
+        x = torch.empty(m, 512, dtype=torch.bfloat16, device="meta")
+        w = torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")
+        assert fn(x, w).shape == (m, 512)
+
+
+def test_same_cubin_registers_once():
+    a = Op.from_meta(copy.deepcopy(META), num_sms=132)
+    b = Op.from_meta(copy.deepcopy(META), num_sms=132)
+    assert a.torch_op is b.torch_op
