@@ -532,6 +532,15 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                          f"'{value}'", "bind an expression over the sizes")
         elif not wants_tensor:
             names_known(value, f"launch.bind.{key}")
+        elif spec.get("dtype"):
+            want = bound[inst].dtype(spec["dtype"], f"args.{arg}.dtype")
+            have = launch[tensors[value]][value].get("dtype")
+            if have in DTYPES and have != want:
+                problems.add(f"launch.bind.{key}",
+                             f"argument '{key}' ({spec['type']}) takes {want} elements, "
+                             f"tensor '{value}' is {have}",
+                             f"make launch.{tensors[value]}.{value}.dtype {want}, or bind "
+                             "another tensor")
     for inst, b in bound.items():
         for spec in b.contract.data.get("args", []):
             if f"{inst}.{spec['name']}" not in binds:

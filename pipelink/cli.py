@@ -106,13 +106,17 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 def cmd_place(a: argparse.Namespace) -> int:
     from .link import place_kernel
+    from .report import explain
     recipe, kernels = _kernels(a)
-    for kernel in kernels:
-        placement = place_kernel(kernel, a.workers)
-        if a.json:
-            sys.stdout.write(placement.to_json())
-            continue
-        from .report import explain
+    placements = {k.recipe.kernel: (k, place_kernel(k, a.workers)) for k in kernels}
+    if a.json and not recipe.multi:
+        sys.stdout.write(next(iter(placements.values()))[1].to_json())
+        return 0
+    if a.json:  # one document: kernel -> placement
+        doc = {name: json.loads(p.to_json()) for name, (_, p) in placements.items()}
+        print(json.dumps(doc, sort_keys=True, indent=1))
+        return 0
+    for kernel, placement in placements.values():
         if recipe.multi:
             print(f"== {_label(kernel)}")
         print(explain(kernel.problem, placement))

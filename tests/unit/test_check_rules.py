@@ -152,6 +152,10 @@ CASES = [
          (f"{RECIPE}: launch.bind.load.k_tiles", "'load.k_tiles' is a u32 scalar, bound to "
           "tensor 'x'"),
          recipe=bind("load.k_tiles", "x")),
+    Case("tensor_dtype_differs_from_the_argument",
+         (f"{RECIPE}: launch.bind.store.out", "argument 'store.out' (ptr) takes f32 elements, "
+          "tensor 'sums' is bf16", "make launch.outputs.sums.dtype f32"),
+         recipe=put("launch.outputs.sums.dtype", "bf16")),
     Case("input_dtype_unknown",
          (f"{RECIPE}: launch.inputs.x.dtype", "input 'x' has dtype 'bf17'",
           "use one of f32, tf32, bf16"),
