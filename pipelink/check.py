@@ -3,9 +3,11 @@
 Given a recipe and the bound contract of every instance (read from the objects, so a
 shipped ``.o`` is enough), :func:`check` verifies the wiring before anything is
 placed: arch sets intersect; every input port is connected exactly once to a
-compatible output; dtype, shape, layout, stages and arrival counts agree or a known
-transfer bridges them; fixed barrier ids do not collide. Every problem names both
-components, both ports and the field. The result is a :class:`Kernel`: the transfers,
+compatible output, every ring has a consumer and every register fragment one reader;
+dtype, shape, layout, stages and arrival counts agree or a known transfer bridges them;
+fixed barrier ids do not collide; no dependency cycle runs through a global hand-off;
+the launch names only sizes its inputs bind and binds every argument. Every problem
+names both components, both ports and the field. The result is a :class:`Kernel`: the transfers,
 the warp lanes, the global workspace and the :class:`~pipelink.problem.Problem` the
 placer solves.
 """

@@ -73,6 +73,10 @@ class Recipe:
     recipe_name: str = ""
     prefix: str = ""                 # where this kernel's keys sit: "" or "kernels.<k>."
 
+    def __post_init__(self) -> None:
+        if not self.recipe_name:  # a single-kernel recipe built by hand
+            object.__setattr__(self, "recipe_name", self.name)
+
     @property
     def multi(self) -> bool:
         """Whether the file defines its kernels under ``kernels:``."""
@@ -168,7 +172,7 @@ def load_recipe(path: Path | str) -> Recipe:
             raise RecipeError(f"the recipe defines kernels: and also top-level "
                               f"{', '.join(top)}", where=f"{where}: {top[0]}",
                               hint="move " + ", ".join(top) + " under one kernel in kernels:")
-        recipe = Recipe(data["recipe"], where, data, (), MAIN, data["recipe"])
+        recipe = Recipe(data["recipe"], where, data)
         for kernel in recipe.kernels().values():
             _check_instances_named(kernel)
         return recipe
@@ -178,8 +182,7 @@ def load_recipe(path: Path | str) -> Recipe:
     if "autograd" in data:
         raise RecipeError("autograd: needs kernels: (a forward kernel and its gradients)",
                           where=f"{where}: autograd", hint="define the kernels under kernels:")
-    recipe = Recipe(data["recipe"], where, data, _connections(data, where, ""), MAIN,
-                    data["recipe"])
+    recipe = Recipe(data["recipe"], where, data, _connections(data, where, ""))
     _check_instances_named(recipe)
     return recipe
 
