@@ -16,7 +16,7 @@ import yaml
 from pipelink import cli
 from pipelink.build import build_objects, default_index
 from pipelink.link import LinkOptions, kernels_index, link_recipe
-from pipelink.recipe import load_recipe
+from pipelink.recipe import MAIN, load_recipe
 
 from .sass import sass_instructions
 from .test_scons import hashes, make_tree  # noqa: F401  (a fixture)
@@ -36,12 +36,19 @@ def linear(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("linear")
     index = default_index(ROOT)
     recipe = load_recipe(ROOT / "recipes" / "linear.yaml")
-    folders = {}
+    folders, objects = {}, {}
     for arch in ARCHS:
-        objects = {k: build_objects(view, arch, index, out / "obj" / arch)
-                   for k, view in recipe.kernels().items()}
-        link_recipe(recipe, objects, out / arch, LinkOptions(arch), index=index)
+        objects[arch] = {k: build_objects(view, arch, index, out / "obj" / arch)
+                         for k, view in recipe.kernels().items()}
+        link_recipe(recipe, objects[arch], out / arch, LinkOptions(arch), index=index)
         folders[arch] = out / arch
+    # The yardsticks: dgrad as one translation unit, and gemm.yaml (the same pipeline).
+    link_recipe(recipe, objects["sm_90a"], out / "mono", LinkOptions("sm_90a", mode="mono"),
+                kernels=["dgrad"], index=index)
+    gemm = load_recipe(ROOT / "recipes" / "gemm.yaml")
+    link_recipe(gemm, {MAIN: build_objects(gemm, "sm_90a", index, out / "obj" / "sm_90a")},
+                out / "gemm", LinkOptions("sm_90a"), index=index)
+    folders["mono"], folders["gemm"] = out / "mono", out / "gemm"
     return folders
 
 
@@ -83,6 +90,18 @@ def test_every_kernel_runs_the_arch_mainloop(linear, arch):
     for kernel in KERNELS:
         ops = sass_instructions(linear[arch] / kernel / f"linear_{kernel}.cubin")
         assert any(op.startswith(MMA[arch]) for op in ops), (arch, kernel)
+
+
+def test_every_kernel_is_the_gemm_kernel_and_matches_monolithic(linear):
+    """Same components and params as gemm.yaml, other binds: the same instructions; and
+    linked as monolithic, as for a single-kernel recipe."""
+    gemm = sass_instructions(linear["gemm"] / "gemm.cubin")
+    for kernel in KERNELS:
+        assert sass_instructions(linear["sm_90a"] / kernel / f"linear_{kernel}.cubin") == gemm
+    mono = linear["mono"] / "dgrad" / "linear_dgrad.cubin"
+    assert sorted(sass_instructions(mono)) == sorted(gemm)
+    assert not (linear["mono"] / "forward").exists()     # --kernel dgrad linked dgrad only
+    assert (linear["mono"] / "kernels.json").is_file()
 
 
 def test_cli_checks_one_kernel_or_all(linear, capsys):
