@@ -3,9 +3,11 @@
 Given a recipe and the bound contract of every instance (read from the objects, so a
 shipped ``.o`` is enough), :func:`check` verifies the wiring before anything is
 placed: arch sets intersect; every input port is connected exactly once to a
-compatible output; dtype, shape, layout, stages and arrival counts agree or a known
-transfer bridges them; fixed barrier ids do not collide. Every problem names both
-components, both ports and the field. The result is a :class:`Kernel`: the transfers,
+compatible output, every ring has a consumer and every register fragment one reader;
+dtype, shape, layout, stages and arrival counts agree or a known transfer bridges them;
+fixed barrier ids do not collide; no dependency cycle runs through a global hand-off;
+the launch names only sizes its inputs bind and binds every argument. Every problem
+names both components, both ports and the field. The result is a :class:`Kernel`: the transfers,
 the warp lanes, the global workspace and the :class:`~pipelink.problem.Problem` the
 placer solves.
 """
@@ -18,7 +20,7 @@ from typing import Any
 
 from . import expr
 from .contract import BoundContract, Port
-from .errors import CheckError
+from .errors import CheckError, ContractError
 from .problem import (
     Buffer,
     NamedBarrier,
@@ -29,6 +31,7 @@ from .problem import (
     Tunable,
 )
 from .recipe import Endpoint, Recipe
+from .schema import DTYPES
 
 MBARRIER_BYTES = 8
 MBARRIER_ALIGN = 8
@@ -41,6 +44,8 @@ TMEM_ADDRESS_SLOT = "pl.tmem_address"   # where tcgen05.alloc leaves the base ad
 TMEM_ADDRESS_BYTES = 4
 CONVERTIBLE_DTYPES = {"f32", "bf16", "f16"}
 CONVERTIBLE_LAYOUTS = {"row_major", "col_major"}
+TENSOR_ARGS = {"ptr", "tensormap"}     # bound to a tensor by name; the rest to an expression
+HOST_SIZES = ("num_sms",)              # sizes the runtime knows without a tensor
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,8 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     _check_fixed_barriers(bound, problems)
     _check_clusters(recipe, bound, problems)
     _check_binds(recipe, bound, problems)
+    _check_launch(recipe, bound, problems)
+    _check_cycles(transfers, problems)
     scheduler = _scheduler(bound, problems)
     problems.raise_if_any()
     lanes = _lanes(recipe, bound, transfers, problems)
@@ -198,6 +205,15 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
             continue
         fed[conn.dst] = conn.index
         kind = _transfer_kind(bound, conn, src, dst, problems)
+        first = next((t for t in transfers if t.src == conn.src), None)
+        if kind == "registers" and first is not None:
+            problems.add(conn.key, f"register port '{conn.src}' ({bound[conn.src.instance].name}) "
+                                   f"feeds '{first.dst}' (connect[{first.index}]) and "
+                                   f"'{conn.dst}' (connect[{conn.index}]); a fragment in "
+                                   "registers has one reader",
+                         f"keep one of the two connections; chain '{conn.dst.instance}' after "
+                         f"'{first.dst.instance}' or give the producer a second output port")
+            continue
         if kind:
             transfers.append(Transfer(kind, conn.src, conn.dst, conn.index))
     for name, b in bound.items():
@@ -208,10 +224,19 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
                              f"input port '{end}' ({port.kind}, {port.dtype}) of component "
                              f"'{b.name}' is not connected",
                              f"add 'producer.port -> {end}' under connect:")
-            if port.dir == "out" and not any(t.src == end for t in transfers):
+            connected = any(t.src == end for t in transfers)
+            if port.dir == "out" and port.kind == "smem_pipeline" and not connected \
+                    and not any(c.src == end for c in recipe.connections):
+                problems.add(f"instances.{name}",
+                             f"output ring '{end}' ({b.name}) has no consumer: its producer "
+                             "would wait forever for an empty stage",
+                             f"add '{end} -> consumer.port' under connect:, or remove "
+                             f"instance '{name}'")
+            elif port.dir == "out" and not connected:
                 problems.warn(f"instances.{name}", f"output port '{end}' is not connected; "
                                                    "its producer still runs")
     _check_arrivals(bound, transfers, problems)
+    _check_arrival_threads(bound, problems)
     return transfers
 
 
@@ -361,6 +386,37 @@ def _check_arrivals(bound: dict[str, BoundContract], transfers: list[Transfer],
                          "'consumer_arrivals'")
 
 
+def _check_arrival_threads(bound: dict[str, BoundContract], problems: _Problems) -> None:
+    """Each side of a ring arrives from its own threads: a count above them, or an
+    mbarrier that states another count than the port, never completes a phase."""
+    for inst, b in bound.items():
+        for port in b.contract.ports.values():
+            if port.kind != "smem_pipeline" or port.role not in b.contract.roles:
+                continue
+            arrivals = b.eval(port.spec["arrivals"], f"ports.{port.name}.arrivals")
+            warps = b.eval(b.contract.roles[port.role].warps, f"roles.{port.role}.warps")
+            if arrivals > 32 * warps:
+                side = "full" if port.dir == "out" else "empty"
+                problems.add(f"instances.{inst}",
+                             f"port '{inst}.{port.name}' ({b.name}) makes {arrivals} arrivals "
+                             f"per stage on its {side} barrier, but its role '{port.role}' "
+                             f"runs {32 * warps} threads ({warps} warps)",
+                             f"make ports.{port.name}.arrivals at most {32 * warps} in "
+                             f"{b.contract.path}")
+            if port.dir != "out":
+                continue
+            spec = b.contract.section("mbarriers").get(port.spec.get("full"))
+            if isinstance(spec, dict) and "arrivals" in spec:
+                stated = b.eval(spec["arrivals"], f"mbarriers.{port.spec['full']}.arrivals")
+                if stated != arrivals:
+                    problems.add(f"instances.{inst}",
+                                 f"port '{inst}.{port.name}' ({b.name}) arrives {arrivals} "
+                                 f"time(s) per stage on mbarrier '{port.spec['full']}', which "
+                                 f"states arrivals: {stated}",
+                                 f"make mbarriers.{port.spec['full']}.arrivals and "
+                                 f"ports.{port.name}.arrivals agree in {b.contract.path}")
+
+
 def _arrivals(bound: dict[str, BoundContract], end: Endpoint) -> int:
     b = bound[end.instance]
     return b.eval(b.contract.ports[end.port].spec["arrivals"], f"ports.{end.port}.arrivals")
@@ -414,6 +470,143 @@ def _check_binds(recipe: Recipe, bound: dict[str, BoundContract],
             problems.add(f"launch.bind.{key}", f"component '{b.name}' (instance '{inst}') has "
                                                f"no argument '{arg}'",
                          "its args: " + (", ".join(args) or "none"))
+
+
+def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
+                  problems: _Problems) -> None:
+    """The host side of the launch, as the runtime will read it from kernel.json: every
+    size an expression names comes from an input's shape (or the runtime), every
+    argument is bound (a tensor to a pointer or tensor map, an expression to a scalar),
+    every tensor has a known dtype. Without this a typo ships and fails at the call."""
+    launch = recipe.launch
+    if not launch.get("inputs") and not launch.get("bind"):
+        return  # launched by hand (LinkedKernel.launch): nothing to check here
+    tensors: dict[str, str] = {}
+    sizes = set(HOST_SIZES)
+    for group in ("inputs", "outputs"):
+        for name, spec in launch.get(group, {}).items():
+            tensors[name] = group
+            if spec.get("dtype") not in DTYPES:
+                problems.add(f"launch.{group}.{name}.dtype",
+                             f"{group[:-1]} '{name}' has dtype {spec.get('dtype')!r}, which "
+                             "PipeLink does not know", "use one of " + ", ".join(DTYPES))
+    for spec in launch.get("inputs", {}).values():
+        sizes |= {d for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
+    known = ", ".join(sorted(sizes - set(HOST_SIZES))) or "none"
+
+    def names_known(value: Any, key: str) -> None:
+        try:
+            used = expr.names(value, where=recipe.where(key))
+        except ContractError as exc:
+            problems.add(key, exc.message, exc.hint or "")
+            return
+        unknown = sorted(used - sizes)
+        if unknown:
+            problems.add(key, f"{value!r} names {'sizes' if len(unknown) > 1 else 'size'} "
+                              f"{', '.join(unknown)}, which no input's shape binds",
+                         f"sizes here: {known} (from launch.inputs shapes) and "
+                         f"{', '.join(HOST_SIZES)}")
+
+    for group in ("inputs", "outputs"):
+        for name, spec in launch.get(group, {}).items():
+            for i, dim in enumerate(spec.get("shape", [])):
+                if not (group == "inputs" and isinstance(dim, str) and dim.isidentifier()):
+                    names_known(dim, f"launch.{group}.{name}.shape[{i}]")
+    if not launch.get("persistent"):
+        for i, dim in enumerate(launch.get("grid", [])):
+            names_known(dim, f"launch.grid[{i}]")
+    binds = launch.get("bind", {})
+    for key, value in binds.items():
+        inst, _, arg = str(key).partition(".")
+        spec = _arg(bound, inst, arg)
+        if spec is None:
+            continue  # _check_binds said so
+        wants_tensor = spec["type"] in TENSOR_ARGS
+        is_tensor = isinstance(value, str) and value in tensors
+        if wants_tensor and not is_tensor:
+            problems.add(f"launch.bind.{key}",
+                         f"argument '{key}' is a {spec['type']}: bind it to a tensor, not "
+                         f"{value!r}", "tensors: " + (", ".join(tensors) or "none")
+                         + " (launch.inputs and launch.outputs)")
+        elif is_tensor and not wants_tensor:
+            problems.add(f"launch.bind.{key}",
+                         f"argument '{key}' is a {spec['type']} scalar, bound to tensor "
+                         f"'{value}'", "bind an expression over the sizes")
+        elif not wants_tensor:
+            names_known(value, f"launch.bind.{key}")
+        elif spec.get("dtype"):
+            want = bound[inst].dtype(spec["dtype"], f"args.{arg}.dtype")
+            have = launch[tensors[value]][value].get("dtype")
+            if have in DTYPES and have != want:
+                problems.add(f"launch.bind.{key}",
+                             f"argument '{key}' ({spec['type']}) takes {want} elements, "
+                             f"tensor '{value}' is {have}",
+                             f"make launch.{tensors[value]}.{value}.dtype {want}, or bind "
+                             "another tensor")
+    for inst, b in bound.items():
+        for spec in b.contract.data.get("args", []):
+            if f"{inst}.{spec['name']}" not in binds:
+                problems.add("launch.bind",
+                             f"argument '{inst}.{spec['name']}' ({spec['type']}) of component "
+                             f"'{b.name}' is not bound: the kernel would read garbage",
+                             f"add '{inst}.{spec['name']}: <"
+                             + ("tensor" if spec["type"] in TENSOR_ARGS else "expression")
+                             + ">' under launch.bind")
+
+
+def _arg(bound: dict[str, BoundContract], inst: str, arg: str) -> dict[str, Any] | None:
+    b = bound.get(inst)
+    if b is None:
+        return None
+    return next((a for a in b.contract.data.get("args", []) if a["name"] == arg), None)
+
+
+def _check_cycles(transfers: list[Transfer], problems: _Problems) -> None:
+    """A global hand-off makes its consumer wait for its producer's publish; a cycle of
+    dependencies through one never starts (``a.out -> b.inp, b.out -> a.inp``)."""
+    out: dict[str, list[Transfer]] = {}
+    for t in sorted(transfers, key=lambda t: t.index):
+        out.setdefault(t.src.instance, []).append(t)
+    seen: set[frozenset[int]] = set()
+    for start in sorted((t for t in transfers if t.kind == "global"), key=lambda t: t.index):
+        path = _path(out, start.dst.instance, start.src.instance)
+        if path is None:
+            continue
+        cycle = [start, *path]
+        ids = frozenset(t.index for t in cycle)
+        if ids in seen:
+            continue
+        seen.add(ids)
+        steps = ", ".join(f"{t.src} -> {t.dst} (connect[{t.index}], {t.kind})" for t in cycle)
+        names = " -> ".join([t.src.instance for t in cycle] + [start.src.instance])
+        problems.add(f"connect[{start.index}]",
+                     f"dependency cycle through a global hand-off: {names}: {steps}; each "
+                     "waits for the other's publish, so none starts",
+                     f"remove one of these connections (e.g. connect[{cycle[-1].index}]); a "
+                     "global hand-off must run one way")
+
+
+def _path(out: dict[str, list[Transfer]], src: str, dst: str) -> list[Transfer] | None:
+    """The first path of transfers from instance ``src`` to ``dst`` (breadth first, in
+    connect order, so the message is the same every run)."""
+    if src == dst:
+        return []
+    parent: dict[str, Transfer] = {}
+    queue, seen = [src], {src}
+    while queue:
+        here = queue.pop(0)
+        for t in out.get(here, []):
+            nxt = t.dst.instance
+            if nxt in seen:
+                continue
+            parent[nxt], seen = t, seen | {nxt}
+            if nxt == dst:
+                path = [t]
+                while path[0].src.instance != src:
+                    path.insert(0, parent[path[0].src.instance])
+                return path
+            queue.append(nxt)
+    return None
 
 
 def _scheduler(bound: dict[str, BoundContract], problems: _Problems) -> str | None:
@@ -624,3 +817,93 @@ def _converter_buffers(bound: dict[str, BoundContract], t: Transfer) -> list[Buf
         Buffer(f"{t.converter}.mbar.empty", Sized.const(CONVERTER_STAGES * MBARRIER_BYTES),
                MBARRIER_ALIGN, None, source),
     ]
+
+
+def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
+    """Checks a recipe's ``autograd:`` section against its kernels' launches and returns
+    it normalised (grads in the forward kernel's input order), or None without one.
+
+    The runtime turns it into a torch autograd op: ``forward`` runs on ``op(*inputs)``;
+    for each differentiable input, its gradient kernel runs on the listed tensors
+    (``grad.<output>`` is the incoming gradient, ``.T`` a transposed contiguous copy)
+    and its single output is the gradient."""
+    section = recipe.autograd
+    if section is None:
+        return None
+    problems = _Problems(recipe)
+    kernels = recipe.kernels()
+    names = ", ".join(kernels)
+    forward = kernels.get(section["forward"])
+    if forward is None:
+        problems.add("autograd.forward", f"names kernel '{section['forward']}', which the "
+                                         "recipe does not define", f"kernels: {names}")
+        problems.raise_if_any()
+    f_inputs = forward.launch.get("inputs", {})
+    f_outputs = forward.launch.get("outputs", {})
+    tensors = {**f_inputs, **f_outputs}
+    for x, grad in section["grads"].items():
+        key = f"autograd.grads.{x}"
+        if x not in f_inputs:
+            problems.add(key, f"'{x}' is not an input of kernel '{forward.kernel}'",
+                         "its inputs: " + (", ".join(f_inputs) or "none")
+                         + f" (kernels.{forward.kernel}.launch.inputs)")
+        kernel = kernels.get(grad["kernel"])
+        if kernel is None:
+            problems.add(f"{key}.kernel", f"names kernel '{grad['kernel']}', which the recipe "
+                                          "does not define", f"kernels: {names}")
+            continue
+        g_inputs = list(kernel.launch.get("inputs", {}).items())
+        g_outputs = list(kernel.launch.get("outputs", {}).items())
+        if len(g_outputs) != 1:
+            problems.add(f"{key}.kernel",
+                         f"gradient kernel '{kernel.kernel}' has {len(g_outputs)} outputs; "
+                         "it must have exactly one, the gradient of "
+                         f"'{x}'", f"give kernels.{kernel.kernel}.launch.outputs one entry")
+        elif x in f_inputs:
+            _same_tensor(problems, f"{key}.kernel", f"the gradient of '{x}'", f_inputs[x],
+                         f"output '{g_outputs[0][0]}' of kernel '{kernel.kernel}'",
+                         g_outputs[0][1])
+        if len(grad["inputs"]) != len(g_inputs):
+            problems.add(f"{key}.inputs",
+                         f"lists {len(grad['inputs'])} inputs, kernel '{kernel.kernel}' takes "
+                         f"{len(g_inputs)} ({', '.join(n for n, _ in g_inputs)})",
+                         "list one tensor per input of the gradient kernel, in its order")
+        for i, ref in enumerate(grad["inputs"]):
+            base = ref.removeprefix("grad.").removesuffix(".T")
+            ref_key = f"{key}.inputs[{i}]"
+            if ref.startswith("grad.") and base not in f_outputs:
+                problems.add(ref_key, f"'{ref}' is the gradient of '{base}', which is not an "
+                                      f"output of kernel '{forward.kernel}'",
+                             "outputs: " + (", ".join(f_outputs) or "none"))
+                continue
+            if base not in tensors:
+                problems.add(ref_key, f"'{ref}' names no input or output of kernel "
+                                      f"'{forward.kernel}'",
+                             "write grad.<output>, <input> or <output>, with '.T' for a "
+                             "transposed copy: " + ", ".join(tensors))
+                continue
+            rank = len(tensors[base].get("shape", []))
+            if ref.endswith(".T") and rank != 2:
+                problems.add(ref_key, f"'{ref}' transposes '{base}', which has {rank} "
+                                      "dimensions", "'.T' takes a 2-D tensor")
+                continue
+            if i < len(g_inputs):
+                _same_tensor(problems, ref_key, f"'{ref}'", tensors[base],
+                             f"input '{g_inputs[i][0]}' of kernel '{kernel.kernel}'",
+                             g_inputs[i][1])
+    problems.raise_if_any()
+    order = list(f_inputs)
+    return {"forward": forward.kernel,
+            "grads": {x: {"kernel": section["grads"][x]["kernel"],
+                          "inputs": list(section["grads"][x]["inputs"])}
+                      for x in sorted(section["grads"], key=order.index)}}
+
+
+def _same_tensor(problems: _Problems, key: str, what: str, spec: dict[str, Any],
+                 other: str, other_spec: dict[str, Any]) -> None:
+    """Two tensors the runtime passes one for the other agree in dtype and rank."""
+    a = (spec.get("dtype"), len(spec.get("shape", [])))
+    b = (other_spec.get("dtype"), len(other_spec.get("shape", [])))
+    if a != b:
+        problems.add(key, f"{what} is {a[0]} with {a[1]} dimensions, {other} is {b[0]} with "
+                          f"{b[1]} dimensions", "make the dtypes and ranks agree")

@@ -8,6 +8,9 @@
     pipelink link recipes/gemm.yaml --arch sm_90a -o build/... [--mode mono]
     pipelink schema [--markdown]
 
+check, place, explain and link take ``--kernel NAME`` (repeatable) for a multi-kernel
+recipe; without it they handle every kernel.
+
 Commands that take a recipe compile what they need into ``--build`` (default
 ``build/cli/<arch>/<recipe>/obj``), so ``check`` and ``place`` work on a fresh tree.
 User mistakes print one message and exit 2; they never print a traceback.
@@ -66,35 +69,56 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
-def _kernel(a: argparse.Namespace):  # noqa: ANN202  (returns Kernel, objects)
+def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])
     from .build import build_objects, default_index
     from .link import check_objects
     from .recipe import load_recipe
     recipe = load_recipe(a.recipe)
     build = Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj")
-    objects = build_objects(recipe, a.arch, default_index(), build)
-    kernel, _ = check_objects(recipe, a.arch, objects)
-    return recipe, kernel, objects
+    kernels = []
+    for view in recipe.select(a.kernel).values():
+        objects = build_objects(view, a.arch, default_index(), build)
+        kernels.append(check_objects(view, a.arch, objects)[0])
+    return recipe, kernels
+
+
+def _label(kernel: object) -> str:
+    """``gemm``, or ``linear/forward`` for a kernel of a multi-kernel recipe."""
+    r = kernel.recipe
+    return f"{r.recipe_name}/{r.kernel}" if r.folder else r.name
 
 
 def cmd_check(a: argparse.Namespace) -> int:
-    _, kernel, _ = _kernel(a)
-    for w in kernel.warnings:
-        print(w, file=sys.stderr)
-    kinds = ", ".join(f"{t.src} -> {t.dst} ({t.kind})" for t in kernel.transfers)
-    print(f"{kernel.recipe.name} ({a.arch}): ok; {len(kernel.bound)} instances, "
-          f"{len(kernel.lanes)} warp lanes; transfers: {kinds or 'none'}")
+    from .check import check_autograd
+    recipe, kernels = _kernels(a)
+    for kernel in kernels:
+        for w in kernel.warnings:
+            print(w, file=sys.stderr)
+        kinds = ", ".join(f"{t.src} -> {t.dst} ({t.kind})" for t in kernel.transfers)
+        print(f"{_label(kernel)} ({a.arch}): ok; {len(kernel.bound)} instances, "
+              f"{len(kernel.lanes)} warp lanes; transfers: {kinds or 'none'}")
+    autograd = check_autograd(recipe)
+    if autograd is not None:
+        grads = ", ".join(f"d{x} by {g['kernel']}" for x, g in autograd["grads"].items())
+        print(f"{recipe.name} autograd: ok; forward {autograd['forward']}, {grads}")
     return 0
 
 
 def cmd_place(a: argparse.Namespace) -> int:
     from .link import place_kernel
-    _, kernel, _ = _kernel(a)
-    placement = place_kernel(kernel, a.workers)
-    if a.json:
-        sys.stdout.write(placement.to_json())
-    else:
-        from .report import explain
+    from .report import explain
+    recipe, kernels = _kernels(a)
+    placements = {k.recipe.kernel: (k, place_kernel(k, a.workers)) for k in kernels}
+    if a.json and not recipe.multi:
+        sys.stdout.write(next(iter(placements.values()))[1].to_json())
+        return 0
+    if a.json:  # one document: kernel -> placement
+        doc = {name: json.loads(p.to_json()) for name, (_, p) in placements.items()}
+        print(json.dumps(doc, sort_keys=True, indent=1))
+        return 0
+    for kernel, placement in placements.values():
+        if recipe.multi:
+            print(f"== {_label(kernel)}")
         print(explain(kernel.problem, placement))
     return 0
 
@@ -103,28 +127,36 @@ def cmd_explain(a: argparse.Namespace) -> int:
     from .link import place_kernel
     from .objfile import write_atomic
     from .report import explain, svg
-    _, kernel, _ = _kernel(a)
-    placement = place_kernel(kernel, a.workers)
-    print(explain(kernel.problem, placement))
-    if a.svg:
-        write_atomic(a.svg, svg(kernel.problem, placement))
-        print(f"picture: {a.svg}")
+    recipe, kernels = _kernels(a)
+    for kernel in kernels:
+        placement = place_kernel(kernel, a.workers)
+        if recipe.multi:
+            print(f"== {_label(kernel)}")
+        print(explain(kernel.problem, placement))
+        if a.svg:
+            path = Path(a.svg)
+            if recipe.multi:  # one picture per kernel: map.svg -> map.forward.svg
+                path = path.with_name(f"{path.stem}.{kernel.recipe.kernel}{path.suffix}")
+            write_atomic(path, svg(kernel.problem, placement))
+            print(f"picture: {path}")
     return 0
 
 
 def cmd_link(a: argparse.Namespace) -> int:
     from .build import build_objects, default_index
-    from .link import LinkOptions, link_kernel
+    from .link import LinkOptions, link_recipe
     from .recipe import load_recipe
     recipe = load_recipe(a.recipe)
     out = Path(a.output)
-    objects = build_objects(recipe, a.arch, default_index(), out / "obj")
-    result = link_kernel(recipe, objects, out, LinkOptions(a.arch, mode=a.mode,
-                                                           emit_ptx=a.ptx),
-                         index=default_index())
-    split = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in result.timings.items())
-    print(f"{result.cubin}: {result.placement.threads} threads, "
-          f"{result.placement.smem_bytes} B smem ({split})")
+    objects = {name: build_objects(view, a.arch, default_index(), out / "obj")
+               for name, view in recipe.select(a.kernel).items()}
+    results = link_recipe(recipe, objects, out, LinkOptions(a.arch, mode=a.mode,
+                                                            emit_ptx=a.ptx),
+                          kernels=a.kernel, index=default_index())
+    for result in results.values():
+        split = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in result.timings.items())
+        print(f"{result.cubin}: {result.placement.threads} threads, "
+              f"{result.placement.smem_bytes} B smem ({split})")
     return 0
 
 
@@ -160,6 +192,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--arch", required=True)
         s.add_argument("--build", help="folder for component objects")
         s.add_argument("--workers", type=int, default=1)
+        s.add_argument("--kernel", action="append", metavar="NAME",
+                       help="a kernel of a multi-kernel recipe (repeatable; default: all)")
         if name == "place":
             s.add_argument("--json", action="store_true")
         if name == "explain":

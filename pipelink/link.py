@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import glue, header
-from .check import Kernel, check
+from .check import Kernel, check, check_autograd
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, sha256_text
 from .errors import LinkError, ToolchainError
@@ -29,6 +29,7 @@ from .recipe import ComponentIndex, Recipe
 from .toolchain import Toolchain, discover
 
 KERNEL_JSON_FORMAT = 1
+KERNELS_JSON_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
     fields, size = glue.param_layout(kernel)
     return {
         "format": KERNEL_JSON_FORMAT,
-        "recipe": kernel.recipe.name,
+        "recipe": kernel.recipe.recipe_name,
+        "kernel": kernel.recipe.kernel,
+        "cubin": cubin_name(kernel.recipe),
         "arch": kernel.arch,
         "mode": mode,
         "entry": glue.entry_name(kernel.recipe.name),
@@ -195,6 +198,21 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
         "inputs": {inst: obj.header["ltoir_sha256"] for inst, obj in sorted(objects.items())},
         "cubin_sha256": sha256_text(cubin),
     }
+
+
+def cubin_name(recipe: Recipe) -> str:
+    """``<recipe>.cubin``, or ``<recipe>_<kernel>.cubin`` for a kernel of a multi-kernel
+    recipe (named like its entry, so two kernels' files never pass for each other)."""
+    return f"{recipe.name}.cubin"
+
+
+def kernels_index(recipe: Recipe, arch: str) -> str:
+    """``kernels.json`` of a multi-kernel recipe: each kernel's folder and the checked,
+    normalised autograd section, as the runtime reads them."""
+    doc = {"format": KERNELS_JSON_FORMAT, "recipe": recipe.recipe_name, "arch": arch,
+           "kernels": {name: k.folder for name, k in recipe.kernels().items()},
+           "autograd": check_autograd(recipe)}
+    return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
 def launch_spec(launch: dict[str, Any]) -> dict[str, Any]:
@@ -250,7 +268,7 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
                 verify_folded(ptx, kernel)
         timings["nvjitlink"] = time.perf_counter() - t0
     name = recipe.name
-    write_atomic(out_dir / f"{name}.cubin", cubin)
+    write_atomic(out_dir / cubin_name(recipe), cubin)
     write_atomic(out_dir / ("mono.cu" if opts.mode == "mono" else "glue.cu"), source)
     if ptx is not None and opts.emit_ptx:
         write_atomic(out_dir / f"{name}.ptx", ptx)
@@ -258,5 +276,24 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
     write_atomic(out_dir / "placement.svg", report.svg(kernel.problem, placement))
     meta = kernel_json(kernel, placement, loaded, tc, opts.mode, cubin)
     write_atomic(out_dir / "kernel.json", json.dumps(meta, sort_keys=True, indent=1) + "\n")
-    return LinkResult(out_dir / f"{name}.cubin", out_dir / "kernel.json", placement, kernel,
+    return LinkResult(out_dir / cubin_name(recipe), out_dir / "kernel.json", placement, kernel,
                       timings)
+
+
+def link_recipe(recipe: Recipe, objects: dict[str, dict[str, Path]], out_dir: Path | str,
+                opts: LinkOptions, *, kernels: list[str] | None = None,
+                index: ComponentIndex | None = None, toolchain: Toolchain | None = None,
+                stage_root: Path | None = None) -> dict[str, LinkResult]:
+    """Links every kernel of a recipe (or those named) for one arch: a single-kernel
+    recipe into ``out_dir`` as :func:`link_kernel` does; a multi-kernel one into
+    ``out_dir/<kernel>/`` each, with ``out_dir/kernels.json`` indexing them.
+    ``objects`` maps kernel -> instance -> object."""
+    out_dir = Path(out_dir)
+    tc = toolchain or discover()
+    results = {}
+    for name, kernel in recipe.select(kernels).items():
+        results[name] = link_kernel(kernel, objects[name], out_dir / kernel.folder, opts,
+                                    index=index, toolchain=tc, stage_root=stage_root)
+    if recipe.multi:
+        write_atomic(out_dir / "kernels.json", kernels_index(recipe, opts.arch))
+    return results

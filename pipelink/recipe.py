@@ -3,6 +3,12 @@
 A recipe is YAML under ``recipes/``, validated against
 :data:`pipelink.schema.RECIPE_SCHEMA`; every error names the recipe file and key.
 Components are found by name under the component search path (``components/``).
+
+A recipe holds one kernel (``instances``/``connect``/``launch`` at the top level, the
+kernel :data:`MAIN`) or several under ``kernels:``. :meth:`Recipe.kernels` gives each
+kernel as a :class:`Recipe` of its own (its ``data`` merges the recipe-wide keys with
+the kernel's), so the checker, placer and linker see one kernel whichever form the
+file uses.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from .schema import RECIPE_SCHEMA, Validator
 
 _VALIDATOR = Validator(RECIPE_SCHEMA)
 _CONNECTION = re.compile(r"^\s*(\w+)\.(\w+)\s*->\s*(\w+)\.(\w+)\s*$")
+MAIN = "main"                                   # the kernel of a single-kernel recipe
+KERNEL_KEYS = ("instances", "connect", "launch")  # what a kernel defines; the rest is shared
 
 
 @dataclass(frozen=True)
@@ -50,10 +58,58 @@ class Instance:
 
 @dataclass(frozen=True)
 class Recipe:
+    """A recipe file, or one kernel of it (see :meth:`kernels`).
+
+    ``name`` is what the kernel's symbols derive from (entry ``pl_<name>``): the
+    recipe's name for a single-kernel recipe, ``<recipe>_<kernel>`` for a kernel of a
+    multi-kernel one. ``recipe_name`` is always the file's ``recipe:``.
+    """
+
     name: str
     path: str
     data: dict[str, Any]
     connections: tuple[Connection, ...] = field(default_factory=tuple)
+    kernel: str = MAIN
+    recipe_name: str = ""
+    prefix: str = ""                 # where this kernel's keys sit: "" or "kernels.<k>."
+
+    def __post_init__(self) -> None:
+        if not self.recipe_name:  # a single-kernel recipe built by hand
+            object.__setattr__(self, "recipe_name", self.name)
+
+    @property
+    def multi(self) -> bool:
+        """Whether the file defines its kernels under ``kernels:``."""
+        return "kernels" in self.data
+
+    @property
+    def folder(self) -> str:
+        """This kernel's folder under ``<build>/<arch>/<recipe>/``: none for a
+        single-kernel recipe (today's layout), the kernel's name under ``kernels:``."""
+        return self.kernel if self.prefix else ""
+
+    def kernels(self) -> dict[str, Recipe]:
+        """Each kernel as a recipe of its own, in file order."""
+        if not self.multi:
+            return {self.kernel: self}
+        shared = {k: v for k, v in self.data.items() if k not in ("kernels", "autograd")}
+        out = {}
+        for name, spec in self.data["kernels"].items():
+            data = {**shared, **spec}
+            out[name] = Recipe(f"{self.data['recipe']}_{name}", self.path, data,
+                               _connections(data, self.path, f"kernels.{name}."), name,
+                               self.data["recipe"], f"kernels.{name}.")
+        return out
+
+    def select(self, names: list[str] | tuple[str, ...] | None) -> dict[str, Recipe]:
+        """The kernels named (all when none are), refusing unknown names."""
+        kernels = self.kernels()
+        for name in names or ():
+            if name not in kernels:
+                raise RecipeError(f"recipe '{self.recipe_name}' has no kernel '{name}'",
+                                  where=self.where("kernels" if self.multi else "recipe"),
+                                  hint="its kernels: " + ", ".join(kernels))
+        return {n: k for n, k in kernels.items() if not names or n in names}
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -67,7 +123,14 @@ class Recipe:
     def launch(self) -> dict[str, Any]:
         return dict(self.data.get("launch", {}))
 
+    @property
+    def autograd(self) -> dict[str, Any] | None:
+        return self.data.get("autograd")
+
     def where(self, key: str) -> str:
+        """``<file>: <key>``, with a kernel's own keys under ``kernels.<kernel>.``."""
+        if key.split(".", 1)[0].split("[", 1)[0] in KERNEL_KEYS:
+            key = self.prefix + key
         return f"{self.path}: {key}"
 
     def instances(self, arch: str) -> dict[str, Instance]:
@@ -76,6 +139,10 @@ class Recipe:
             raise RecipeError(f"recipe '{self.name}' does not target {arch}",
                               where=self.where("arch"),
                               hint="its archs: " + ", ".join(self.archs))
+        if self.multi:
+            raise RecipeError(f"recipe '{self.recipe_name}' defines several kernels; pick one",
+                              where=self.where("kernels"),
+                              hint="its kernels: " + ", ".join(self.data["kernels"]))
         out = {}
         for name, spec in self.data["instances"].items():
             if isinstance(spec, str):
@@ -99,21 +166,47 @@ def load_recipe(path: Path | str) -> Recipe:
         raise RecipeError("a recipe is a mapping (recipe:, arch:, instances:, connect:)",
                           where=where)
     schema_error(_VALIDATOR, data, where, RecipeError)
+    if "kernels" in data:
+        top = [k for k in KERNEL_KEYS if k in data]
+        if top:
+            raise RecipeError(f"the recipe defines kernels: and also top-level "
+                              f"{', '.join(top)}", where=f"{where}: {top[0]}",
+                              hint="move " + ", ".join(top) + " under one kernel in kernels:")
+        recipe = Recipe(data["recipe"], where, data)
+        for kernel in recipe.kernels().values():
+            _check_instances_named(kernel)
+        return recipe
+    if "instances" not in data:
+        raise RecipeError("key 'instances': missing (required)", where=where,
+                          hint="list the kernel's instances, or define kernels:")
+    if "autograd" in data:
+        raise RecipeError("autograd: needs kernels: (a forward kernel and its gradients)",
+                          where=f"{where}: autograd", hint="define the kernels under kernels:")
+    recipe = Recipe(data["recipe"], where, data, _connections(data, where, ""))
+    _check_instances_named(recipe)
+    return recipe
+
+
+def _connections(data: dict[str, Any], where: str, prefix: str) -> tuple[Connection, ...]:
     connections = []
     for i, text in enumerate(data.get("connect", [])):
         m = _CONNECTION.match(text)
         if not m:  # the schema's pattern already refuses most of these
-            raise RecipeError(f"cannot read connection {text!r}", where=f"{where}: connect[{i}]",
+            raise RecipeError(f"cannot read connection {text!r}",
+                              where=f"{where}: {prefix}connect[{i}]",
                               hint="write 'producer.port -> consumer.port'")
         connections.append(Connection(Endpoint(m[1], m[2]), Endpoint(m[3], m[4]), i))
-    recipe = Recipe(data["recipe"], where, data, tuple(connections))
-    for c in connections:
+    return tuple(connections)
+
+
+def _check_instances_named(recipe: Recipe) -> None:
+    """Every connection names an instance of its kernel."""
+    for c in recipe.connections:
         for end in (c.src, c.dst):
-            if end.instance not in data["instances"]:
+            if end.instance not in recipe.data["instances"]:
                 raise RecipeError(f"connection names instance '{end.instance}', which is not "
                                   "under instances", where=recipe.where(c.key),
-                                  hint="instances: " + ", ".join(data["instances"]))
-    return recipe
+                                  hint="instances: " + ", ".join(recipe.data["instances"]))
 
 
 @dataclass(frozen=True)

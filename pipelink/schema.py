@@ -132,49 +132,85 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
 CONNECTION = {"type": "string", "pattern": r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\s*->\s*"
                                            r"[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$"}
 
+TENSOR = _obj({
+    "dtype": {"type": "string", "description": "element type: " + ", ".join(DTYPES)},
+    "shape": {"type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+              "minItems": 1, "description": "sizes: a name binds a size on first use (inputs), "
+                                           "an expression over the sizes elsewhere"},
+}, ["dtype", "shape"])
+
+LAUNCH = _obj(description="how the host launches the kernel", props={
+    "grid": {"description": "host-side grid: integers or expressions over sizes",
+             "type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+             "minItems": 1, "maxItems": 3},
+    "persistent": {"type": "boolean", "description": "grid = number of SMs"},
+    "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                "minItems": 3, "maxItems": 3,
+                "description": "cluster shape [x, y, z]; components that state one agree"},
+    "inputs": _map(TENSOR, "call(x, w): the op's positional inputs, name -> {dtype, shape}"),
+    "outputs": _map(TENSOR, "allocated outputs: name -> {dtype, shape}"),
+    "bind": {"type": "object", "description": "instance.arg -> a tensor's name or a host "
+                                              "expression over sizes (and num_sms)"},
+    "workspace": {"type": "string", "description": "reserved"},
+})
+
+INSTANCES = _map({"oneOf": [
+    {"type": "string"},
+    _obj({"component": {"type": "string", "description": "the component, for every arch"},
+          "per_arch": {"type": "object", "propertyNames": {"enum": ARCHS},
+                       "additionalProperties": {"type": "string"},
+                       "description": "arch -> component, where an arch needs another"},
+          "params": {"type": "object", "propertyNames": IDENT,
+                     "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
+                     "description": "compile-time params of the component"},
+          "tunables": {"type": "object", "additionalProperties": {"oneOf": [
+              {"type": "integer"},
+              {"type": "array", "items": {"type": "integer"}}]},
+              "description": "pins: tunable -> a value, or the values allowed"},
+          })]}, "instance name -> component (or {component, per_arch, params})")
+
+CONNECT = {"type": "array", "items": CONNECTION,
+           "description": "'producer.port -> consumer.port'"}
+
+KERNEL = _obj({"instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH}, ["instances"],
+              "one kernel: the keys a single-kernel recipe has at the top level")
+
+# grad.<forward output> or <forward input or output>, '.T' for a transposed 2-D copy
+GRAD_INPUT = {"type": "string", "pattern": r"^(grad\.)?[a-z_][a-z0-9_]*(\.T)?$",
+              "description": "grad.<forward output>, or a forward input or output; "
+                             "'.T' appended: a transposed contiguous copy of a 2-D tensor"}
+
+AUTOGRAD = _obj({
+    "forward": {**IDENT, "description": "the kernel op(*inputs) runs"},
+    "grads": _map(_obj({
+        "kernel": {**IDENT, "description": "the kernel computing this input's gradient"},
+        "inputs": {"type": "array", "items": GRAD_INPUT, "minItems": 1,
+                   "description": "the gradient kernel's launch inputs, in order"},
+    }, ["kernel", "inputs"]), "forward input -> how its gradient is computed"),
+}, ["forward", "grads"], "a torch autograd op over the kernels (multi-kernel recipes)")
+
 RECIPE_SCHEMA: dict[str, Any] = _obj({
-    "recipe": {**IDENT, "description": "the recipe's name (the kernel's entry is pl_<recipe>)"},
+    "recipe": {**IDENT, "description": "the recipe's name (the kernel's entry is pl_<recipe>, "
+                                       "or pl_<recipe>_<kernel> under kernels:)"},
     "description": {"type": "string", "description": "free text: what the kernel computes"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the recipe builds"},
     "phases": {"type": "array", "items": IDENT,
                "description": "named phases; smem 'live' ranges index these"},
-    "instances": _map({"oneOf": [
-        {"type": "string"},
-        _obj({"component": {"type": "string", "description": "the component, for every arch"},
-              "per_arch": {"type": "object", "propertyNames": {"enum": ARCHS},
-                           "additionalProperties": {"type": "string"},
-                           "description": "arch -> component, where an arch needs another"},
-              "params": {"type": "object", "propertyNames": IDENT,
-                         "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
-                         "description": "compile-time params of the component"},
-              "tunables": {"type": "object", "additionalProperties": {"oneOf": [
-                  {"type": "integer"},
-                  {"type": "array", "items": {"type": "integer"}}]},
-                  "description": "pins: tunable -> a value, or the values allowed"},
-              })]}, "instance name -> component (or {component, per_arch, params})"),
-    "connect": {"type": "array", "items": CONNECTION,
-                "description": "'producer.port -> consumer.port'"},
-    "launch": _obj(description="how the host launches the kernel", props={
-        "grid": {"description": "host-side grid: integers or expressions over sizes",
-                 "type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
-                 "minItems": 1, "maxItems": 3},
-        "persistent": {"type": "boolean", "description": "grid = number of SMs"},
-        "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                    "minItems": 3, "maxItems": 3,
-                    "description": "cluster shape [x, y, z]; components that state one agree"},
-        "inputs": {"type": "object", "description": "call(x, w): name -> {dtype, shape}"},
-        "outputs": {"type": "object", "description": "allocated outputs: name -> {dtype, shape}"},
-        "bind": {"type": "object", "description": "instance.arg -> host expression"},
-        "workspace": {"type": "string", "description": "reserved"},
-    }),
+    "instances": INSTANCES,
+    "connect": CONNECT,
+    "launch": LAUNCH,
+    "kernels": {**_map(KERNEL, "several kernels sharing components and objects: name -> "
+                               "{instances, connect, launch}; instead of the top-level keys"),
+                "minProperties": 1},
+    "autograd": AUTOGRAD,
     "objective": {"description": "what the placer optimises (default "
                                  "max_tunables_then_min_smem)", "oneOf": [
         {"enum": ["max_tunables_then_min_smem", "min_smem"]},
         _obj({"maximize": {"type": "array", "items": {"type": "string"},
                            "description": "instance.tunable names to maximise; the others "
                                           "are left to minimise shared memory"}})]},
-}, ["recipe", "arch", "instances"])
+}, ["recipe", "arch"])
 
 
 def _full_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:

@@ -9,7 +9,7 @@ parallel and a crash in one step cannot take the build down with it::
     python -m pipelink.sconsrun compile components/x/contract.yaml --arch sm_90a \\
         -o build/obj/sm_90a/x-1234abcd.sm_90a.o -p dtype=bf16 -p rows=128
     python -m pipelink.sconsrun link recipes/r.yaml --arch sm_90a -o build/dev/sm_90a/r \\
-        --object load=build/obj/sm_90a/x-1234abcd.sm_90a.o ... [--mode mono]
+        --object load=build/obj/sm_90a/x-1234abcd.sm_90a.o ... [--mode mono] [--kernel K]
 
 Both are silent on success; a user mistake prints one message and exits 2. Nothing
 here imports SCons.
@@ -124,6 +124,18 @@ class KernelPlan:
     def name(self) -> str:
         return self.recipe.name
 
+    @property
+    def folder(self) -> str:
+        """Where the kernel's outputs go under ``<build>/<arch>/``: ``<recipe>``, or
+        ``<recipe>/<kernel>`` for a kernel of a multi-kernel recipe."""
+        r = self.recipe
+        return f"{r.recipe_name}/{r.folder}" if r.folder else r.name
+
+    @property
+    def cubin(self) -> str:
+        from .link import cubin_name
+        return cubin_name(self.recipe)
+
     def recipe_content(self) -> str:
         """The recipe as data: a comment or key order does not relink."""
         return canonical_json(self.recipe.data)
@@ -139,12 +151,36 @@ def object_plan(contract_path: Path | str, params: dict[str, int | str] | None, 
 
 
 def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
-         contracts: dict[Path, Contract] | None = None) -> KernelPlan:
+         contracts: dict[Path, Contract] | None = None, kernel: str | None = None
+         ) -> KernelPlan:
     """Loads, binds and checks a recipe for ``arch`` without compiling anything:
     every recipe mistake (unknown component or arch, bad param, miswired or missing
-    port) surfaces here, naming the recipe file and key."""
-    from .check import check
+    port) surfaces here, naming the recipe file and key. ``kernel`` picks one kernel
+    of a multi-kernel recipe (see :func:`plans` for all of them)."""
     recipe = load_recipe(recipe_path)
+    if recipe.multi and kernel is None:
+        raise RecipeError(f"recipe '{recipe.name}' defines several kernels; name one",
+                          where=recipe.where("kernels"),
+                          hint="its kernels: " + ", ".join(recipe.kernels()))
+    view = recipe.select([kernel] if kernel else None)
+    return kernel_plan(next(iter(view.values())), arch, index, contracts)
+
+
+def plans(recipe_path: Path | str, arch: str, index: ComponentIndex,
+          contracts: dict[Path, Contract] | None = None) -> list[KernelPlan]:
+    """One :class:`KernelPlan` per kernel of a recipe, in recipe order (one for a
+    single-kernel recipe); a multi-kernel recipe's autograd section is checked too."""
+    from .check import check_autograd
+    recipe = load_recipe(recipe_path)
+    check_autograd(recipe)
+    contracts = {} if contracts is None else contracts
+    return [kernel_plan(view, arch, index, contracts) for view in recipe.kernels().values()]
+
+
+def kernel_plan(recipe: Recipe, arch: str, index: ComponentIndex,
+                contracts: dict[Path, Contract] | None = None) -> KernelPlan:
+    """Binds and checks one kernel of a recipe for ``arch``."""
+    from .check import check
     contracts = {} if contracts is None else contracts
     objects = {}
     for inst, (spec, path) in resolve_components(recipe, arch, index).items():
@@ -154,6 +190,13 @@ def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
                                     where=recipe.where(f"instances.{inst}"))
     kernel = check(recipe, arch, {inst: o.bound for inst, o in objects.items()})
     return KernelPlan(recipe, arch, objects, kernel.warnings)
+
+
+def kernels_index(recipe_path: Path | str, arch: str) -> str | None:
+    """The text of a multi-kernel recipe's ``kernels.json`` (None for one kernel)."""
+    from .link import kernels_index as index_text
+    recipe = load_recipe(recipe_path)
+    return index_text(recipe, arch) if recipe.multi else None
 
 
 def recipe_archs(recipe_path: Path | str) -> tuple[str, ...]:
@@ -308,7 +351,7 @@ def manifest_meta(kernels: list[KernelPlan]) -> dict[str, Any]:
              "pipelink_code": code_digest("link")}
     tools.update({d: _distribution(d) or "none" for d in MANIFEST_DISTRIBUTIONS})
     return {
-        "kernels": sorted(f"{k.arch}/{k.name}" for k in kernels),
+        "kernels": sorted(f"{k.arch}/{k.folder}" for k in kernels),
         "toolchain": tools,
         "flags": {"stage_root": stage_root(),
                   "compile": {a: compile_flags(a) for a in archs},
@@ -348,6 +391,11 @@ def cmd_link(a: argparse.Namespace) -> int:
             raise RecipeError(f"--object {pair!r} is not instance=path")
         objects[inst] = Path(path)
     recipe = load_recipe(a.recipe)
+    if recipe.multi and not a.kernel:
+        raise RecipeError(f"recipe '{recipe.name}' defines several kernels; link one at a time",
+                          where=recipe.where("kernels"), hint="pass --kernel NAME")
+    if a.kernel:
+        recipe = recipe.select([a.kernel])[a.kernel]
     index = ComponentIndex(tuple(Path(p) for p in a.components.split(os.pathsep)))
     result = link_kernel(recipe, objects, a.output, LinkOptions(a.arch, mode=a.mode),
                          index=index)
@@ -375,6 +423,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--components", default="components",
                    help="component folders (os.pathsep-separated), for --mode mono")
     k.add_argument("--timings", action="store_true", help="print the step timings as JSON")
+    k.add_argument("--kernel", help="the kernel to link, for a multi-kernel recipe")
     k.set_defaults(func=cmd_link)
     return p
 

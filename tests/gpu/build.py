@@ -12,24 +12,27 @@ import sys
 from pathlib import Path
 
 from pipelink.build import build_objects, default_index
-from pipelink.link import LinkOptions, link_kernel
+from pipelink.link import LinkOptions, link_recipe
 from pipelink.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ["pipeline_demo", "gemm", "gemm_swiglu", "gemm_cute", "gemm_swiglu_cute",
-           "gemm_bias_gelu"]
+           "gemm_bias_gelu", "linear"]
 
 
 def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:
     index = default_index(ROOT)
     for name in names:
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
-        objects = build_objects(recipe, "sm_90a", index, out / "obj" / "sm_90a")
+        # A multi-kernel recipe links one folder per kernel beside kernels.json.
+        objects = {kernel: build_objects(view, "sm_90a", index, out / "obj" / "sm_90a")
+                   for kernel, view in recipe.kernels().items()}
         for mode, folder in (("linked", "sm_90a"), ("mono", "mono")):
-            result = link_kernel(recipe, objects, out / folder / name,
-                                 LinkOptions("sm_90a", mode=mode), index=index)
-            print(f"{result.cubin}: {result.placement.threads} threads, "
-                  f"{result.placement.smem_bytes} B smem")
+            results = link_recipe(recipe, objects, out / folder / name,
+                                  LinkOptions("sm_90a", mode=mode), index=index)
+            for result in results.values():
+                print(f"{result.cubin}: {result.placement.threads} threads, "
+                      f"{result.placement.smem_bytes} B smem")
 
 
 if __name__ == "__main__":

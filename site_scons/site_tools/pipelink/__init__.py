@@ -5,6 +5,7 @@ Entry point, as the project's SConstruct uses it::
     env = Environment(tools=["install", "pipelink"])
     env.PipeLinkCache("on")                          # "off", or "readonly" for CI
     cubin = env.PipeLinkKernel("recipes/gemm.yaml", "sm_90a", mode="linked", variant="dev")
+    kernels = env.PipeLinkKernels("recipes/linear.yaml", "sm_90a")  # one list per kernel
     env.PipeLinkRelease(kernels, "dist")             # install + manifest.json
     env.PipeLinkSummary(kernels)                     # one summary line per kernel at exit
 
@@ -25,12 +26,15 @@ Builders, each with an emitter and a ``*COMSTR``:
   recipe (every recipe error surfaces here, before anything compiles), declares its
   objects, replaces the recipe file by its content (a Value) and adds kernel.json,
   placement.json, placement.svg and the glue source as targets.
+- ``PipeLinkIndex``: ``kernels.json`` of a multi-kernel recipe (its kernels' folders and
+  autograd section), written from a Value.
 - ``PipeLinkManifest``: the release manifest (sha256 of inputs and outputs, versions,
   flags).
 
 Variables (read with ``env.get`` defaults; set them in ``Environment(...)``):
 PIPELINK_PYTHON, PIPELINK_BUILD, PIPELINK_OBJDIR, PIPELINK_INCDIR, PIPELINK_COMPONENTS,
-PIPELINK_OBJCOMSTR, PIPELINK_HEADERCOMSTR, PIPELINK_LINKCOMSTR, PIPELINK_MANIFESTCOMSTR.
+PIPELINK_OBJCOMSTR, PIPELINK_HEADERCOMSTR, PIPELINK_LINKCOMSTR, PIPELINK_INDEXCOMSTR,
+PIPELINK_MANIFESTCOMSTR.
 All logic lives in :mod:`pipelink.sconsrun`; this module only wires nodes.
 """
 
@@ -148,7 +152,7 @@ def _object_emitter(target: list[Node], source: list[Node], env: Env) -> tuple[l
 
 def _link_outputs(plan: Any, mode: str) -> list[str]:
     glue = "mono.cu" if mode == "mono" else "glue.cu"
-    return [f"{plan.name}.cubin", "kernel.json", "placement.json", "placement.svg", glue]
+    return [plan.cubin, "kernel.json", "placement.json", "placement.svg", glue]
 
 
 def _link_emitter(target: list[Node], source: list[Node], env: Env) -> tuple[list, list]:
@@ -198,6 +202,8 @@ def _link_args(target: list[Node], source: list[Node], env: Env, for_signature: 
     args = [str(t.attributes.pipelink_recipe), "--arch", t.attributes.pipelink.arch,
             "-o", str(t.dir), "--mode", env.subst("$PL_MODE") or "linked",
             "--components", os.pathsep.join(_relative(env, r) for r in _index(env).roots)]
+    if t.attributes.pipelink.recipe.folder:  # a kernel of a multi-kernel recipe
+        args += ["--kernel", t.attributes.pipelink.recipe.kernel]
     for inst, node in t.attributes.pipelink_objects.items():
         args += ["--object", f"{inst}={node}"]
     return args
@@ -251,9 +257,35 @@ def PipeLinkKernel(env: Env, recipe: Any, arch: str, mode: str = "linked",  # no
     anything is built."""
     recipe = env.File(recipe)
     plan = lib.plan(recipe.srcnode().abspath, arch, _index(env))
-    out = env.Dir(f"$PIPELINK_BUILD/{variant}/{arch}/{plan.name}")
-    return env.PipeLinkLink(out.File(f"{plan.name}.cubin"), recipe, PL_KERNEL=plan,
-                            PL_ARCH=arch, PL_MODE=mode)
+    return _declare_link(env, recipe, plan, mode, variant)
+
+
+def _declare_link(env: Env, recipe: Node, plan: Any, mode: str, variant: str) -> list[Node]:
+    out = env.Dir(f"$PIPELINK_BUILD/{variant}/{plan.arch}/{plan.folder}")
+    return env.PipeLinkLink(out.File(plan.cubin), recipe, PL_KERNEL=plan,
+                            PL_ARCH=plan.arch, PL_MODE=mode)
+
+
+def PipeLinkKernels(env: Env, recipe: Any, arch: str, mode: str = "linked",  # noqa: N802
+                    variant: str = "dev") -> list[list[Node]]:
+    """Declares every kernel of a recipe for one arch, one :meth:`PipeLinkKernel`-like
+    target list each (a single-kernel recipe gives one). A multi-kernel recipe's
+    kernels go to ``<recipe>/<kernel>/`` and its ``kernels.json`` to ``<recipe>/``; the
+    index node rides at the end of the first kernel's list (the release installs it
+    beside the kernel folders)."""
+    recipe = env.File(recipe)
+    path = recipe.srcnode().abspath
+    kernels = [_declare_link(env, recipe, p, mode, variant)
+               for p in lib.plans(path, arch, _index(env))]
+    text = lib.kernels_index(path, arch)
+    if text is not None:
+        name = kernels[0][0].attributes.pipelink.recipe.recipe_name
+        node = env.File(f"$PIPELINK_BUILD/{variant}/{arch}/{name}/kernels.json")
+        env.PipeLinkIndex(node, _value(env, text))
+        for k in kernels:
+            k[0].attributes.pipelink_index = node
+        kernels[0] = [*kernels[0], node]
+    return kernels
 
 
 def PipeLinkRelease(env: Env, kernels: list[list[Node]], dist: Any) -> list[Node]:  # noqa: N802
@@ -265,9 +297,13 @@ def PipeLinkRelease(env: Env, kernels: list[list[Node]], dist: Any) -> list[Node
     for k in kernels:
         plan = k[0].attributes.pipelink
         plans.append(plan)
-        where = dist.Dir(f"{plan.arch}/{plan.name}")
-        for node in env.Install(where, k):
+        where = dist.Dir(f"{plan.arch}/{plan.folder}")
+        index = getattr(k[0].attributes, "pipelink_index", None)
+        for node in env.Install(where, [n for n in k if n is not index]):
             outputs[node.get_path(dist)] = node
+        if index is not None and index in k:  # once, beside the kernel folders
+            for node in env.Install(where.up(), index):
+                outputs[node.get_path(dist)] = node
         inputs[_relative(env, k[0].attributes.pipelink_recipe.abspath)] = \
             k[0].attributes.pipelink_recipe
         for o in plan.objects.values():
@@ -344,7 +380,7 @@ def summary_lines(kernels: list[list[Node]]) -> list[str]:
         plan, state = cubin.attributes.pipelink, _state(cubin)
         verb = {"built": "linked", "cached": "from cache", "current": "up to date"}.get(
             state, "not built")
-        lines.append(f"  {plan.name:<20} {plan.arch:<8} {verb:<11} {cubin.dir}/")
+        lines.append(f"  {plan.folder:<20} {plan.arch:<8} {verb:<11} {cubin.dir}/")
     counts = {s: sum(1 for v in objects.values() if v == s)
               for s in ("built", "cached", "current")}
     head = (f"pipelink: {len(objects)} objects ({counts['built']} compiled, "
@@ -382,6 +418,7 @@ def generate(env: Env) -> None:
         _PIPELINK_LINK_LABEL=_link_label,
         # In-process writers have no command line to show: one line, always.
         PIPELINK_HEADERCOMSTR="header   $TARGET",
+        PIPELINK_INDEXCOMSTR="index    $TARGET",
         PIPELINK_MANIFESTCOMSTR="manifest $TARGET",
     )
     if not env.get("VERBOSE"):
@@ -407,9 +444,12 @@ def generate(env: Env) -> None:
     env["BUILDERS"]["PipeLinkLink"] = SCons.Builder.Builder(
         action=SCons.Action.Action("$PIPELINK_LINKCOM", "$PIPELINK_LINKCOMSTR"),
         emitter=_link_emitter)
+    env["BUILDERS"]["PipeLinkIndex"] = SCons.Builder.Builder(
+        action=SCons.Action.Action(_write_header, "$PIPELINK_INDEXCOMSTR"))
     env["BUILDERS"]["PipeLinkManifest"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_write_manifest, "$PIPELINK_MANIFESTCOMSTR"))
     env.AddMethod(PipeLinkKernel)
+    env.AddMethod(PipeLinkKernels)
     env.AddMethod(PipeLinkRelease)
     env.AddMethod(PipeLinkCache)
     env.AddMethod(PipeLinkSummary)

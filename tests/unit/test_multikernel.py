@@ -1,0 +1,242 @@
+"""Multi-kernel recipes without a compiler: the recipe model (one view per kernel), the
+autograd section's checks (one bad input per row), kernels.json, and the checker on
+each kernel with keys that say which kernel."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelink.check import check, check_autograd
+from pipelink.errors import CheckError, PipeLinkError, RecipeError
+from pipelink.link import cubin_name, kernels_index
+from pipelink.recipe import MAIN, load_recipe
+
+from ..conftest import ROOT, Tree, toy_recipe
+from .test_check_rules import launched
+from .test_errors import Mutation, chain, drop, put
+
+RECIPE = "recipes/r.yaml"
+
+
+def _gemm_like(a: str, b: str, c: str, shapes: tuple[list, list, list]) -> dict[str, Any]:
+    """A kernel whose launch takes tensors a, b and writes c (the checks read launches)."""
+    return {"instances": {"load": "loader"},
+            "launch": {"inputs": {a: {"dtype": "bf16", "shape": shapes[0]},
+                                  b: {"dtype": "bf16", "shape": shapes[1]}},
+                       "outputs": {c: {"dtype": "bf16", "shape": shapes[2]}}}}
+
+
+_LINEAR: dict[str, Any] = {
+    "recipe": "lin",
+    "arch": ["sm_90a"],
+    "kernels": {
+        "forward": _gemm_like("x", "w", "y", (["M", "K"], ["N", "K"], ["M", "N"])),
+        "dgrad": _gemm_like("dy", "wt", "dx", (["M", "N"], ["K", "N"], ["M", "K"])),
+        "wgrad": _gemm_like("dyt", "xt", "dw", (["N", "M"], ["K", "M"], ["N", "K"])),
+    },
+    "autograd": {"forward": "forward",
+                 "grads": {"w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]},
+                           "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}}},
+}
+
+
+def linear() -> dict[str, Any]:
+    return copy.deepcopy(_LINEAR)
+
+
+def two_toys() -> dict[str, Any]:
+    """The launched toy kernel twice, as kernels 'a' and 'b' of one recipe."""
+    kernel = {k: v for k, v in launched().items() if k in ("instances", "connect", "launch")}
+    return {"recipe": "toy", "arch": ["sm_90a"],
+            "kernels": {"a": kernel, "b": copy.deepcopy(kernel)}}
+
+
+def _write(tree: Tree, data: dict[str, Any]) -> Any:
+    tree.toy()
+    return load_recipe(tree.recipe(data))
+
+
+# -- the model -------------------------------------------------------------------------------
+
+def test_a_single_kernel_recipe_is_its_own_main_kernel(tree):
+    recipe = _write(tree, toy_recipe())
+    assert not recipe.multi and recipe.kernels() == {MAIN: recipe}
+    assert (recipe.name, recipe.recipe_name, recipe.folder) == ("toy", "toy", "")
+    assert recipe.where("connect[0]").endswith(f"{RECIPE}: connect[0]")
+    assert cubin_name(recipe) == "toy.cubin"
+
+
+def test_each_kernel_is_a_recipe_of_its_own(tree):
+    recipe = _write(tree, two_toys())
+    kernels = recipe.kernels()
+    assert list(kernels) == ["a", "b"]
+    b = kernels["b"]
+    assert (b.name, b.recipe_name, b.kernel, b.folder) == ("toy_b", "toy", "b", "b")
+    assert [str(c.src) for c in b.connections] == ["load.tiles", "reduce.acc"]
+    assert b.where("launch.bind").endswith(f"{RECIPE}: kernels.b.launch.bind")
+    assert b.where("arch").endswith(f"{RECIPE}: arch")  # shared keys stay at the top
+    assert list(b.instances("sm_90a")) == ["load", "reduce", "store"]
+    assert cubin_name(b) == "toy_b.cubin"
+    assert list(recipe.select(["b"])) == ["b"] and list(recipe.select(None)) == ["a", "b"]
+
+
+def test_every_kernel_checks_and_errors_name_the_kernel(tree):
+    data = two_toys()
+    for kernel in _write(tree, data).kernels().values():
+        kinds = [t.kind for t in check(kernel, "sm_90a", tree.bind(kernel, "sm_90a")).transfers]
+        assert kinds == ["zero_copy", "registers"]
+    data["kernels"]["b"]["launch"]["bind"]["load.k_tiles"] = "Kk // 64"
+    b = load_recipe(tree.recipe(data)).kernels()["b"]
+    with pytest.raises(CheckError, match=r"kernels\.b\.launch\.bind\.load\.k_tiles: 'Kk // 64'"):
+        check(b, "sm_90a", tree.bind(b, "sm_90a"))
+
+
+def test_the_whole_recipe_is_not_one_kernel(tree):
+    recipe = _write(tree, two_toys())
+    with pytest.raises(RecipeError, match="defines several kernels; pick one"):
+        recipe.instances("sm_90a")
+    with pytest.raises(RecipeError, match="has no kernel 'c'.*\n.*its kernels: a, b"):
+        recipe.select(["c"])
+
+
+def test_the_linear_recipe_has_three_kernels_and_their_gradients():
+    recipe = load_recipe(ROOT / "recipes" / "linear.yaml")
+    assert list(recipe.kernels()) == ["forward", "dgrad", "wgrad"]
+    assert check_autograd(recipe) == {
+        "forward": "forward",
+        "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
+                  "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}}}
+    # The three kernels share their instances, so their objects.
+    instances = [k.data["instances"] for k in recipe.kernels().values()]
+    assert instances[0] == instances[1] == instances[2]
+
+
+# -- kernels.json ----------------------------------------------------------------------------
+
+def test_kernels_json_indexes_the_kernels_with_the_checked_autograd(tree):
+    recipe = _write(tree, linear())
+    text = kernels_index(recipe, "sm_90a")
+    assert text == kernels_index(load_recipe(tree.recipe(linear())), "sm_90a")
+    doc = json.loads(text)
+    assert doc == {"format": 1, "recipe": "lin", "arch": "sm_90a",
+                   "kernels": {"forward": "forward", "dgrad": "dgrad", "wgrad": "wgrad"},
+                   "autograd": {"forward": "forward", "grads": {
+                       "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
+                       "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}}}}
+    assert text == json.dumps(doc, sort_keys=True, indent=1) + "\n"
+
+
+def test_a_multi_kernel_recipe_without_autograd_indexes_null(tree):
+    doc = json.loads(kernels_index(_write(tree, two_toys()), "sm_90a"))
+    assert doc["autograd"] is None and doc["kernels"] == {"a": "a", "b": "b"}
+
+
+# -- bad input, one per row --------------------------------------------------------------------
+
+def grad(x: str, key: str, value: Any) -> Mutation:
+    return put(f"autograd.grads.{x}.{key}", value)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    error: type[PipeLinkError]
+    must: tuple[str, ...]
+    recipe: Mutation
+    base: Any = linear
+
+
+CASES = [
+    # The recipe's shape.
+    Case("kernels_and_top_level_instances", RecipeError,
+         (f"{RECIPE}: instances", "defines kernels: and also top-level instances",
+          "move instances under one kernel"),
+         put("instances", {"load": "loader"})),
+    Case("kernels_and_top_level_launch", RecipeError,
+         (f"{RECIPE}: launch", "top-level launch"), put("launch", {"persistent": True})),
+    Case("kernel_name_not_an_identifier", RecipeError,
+         (RECIPE, "key 'kernels'", "'Forward'"),
+         chain(put("kernels.Forward", {"instances": {"load": "loader"}}))),
+    Case("no_kernels_at_all", RecipeError, (RECIPE, "key 'kernels'"), put("kernels", {})),
+    Case("kernel_without_instances", RecipeError,
+         (RECIPE, "key 'kernels.dgrad.instances': missing"), drop("kernels.dgrad.instances")),
+    Case("neither_instances_nor_kernels", RecipeError,
+         (RECIPE, "key 'instances': missing", "or define kernels:"),
+         chain(drop("kernels"), drop("autograd"))),
+    Case("autograd_without_kernels", RecipeError,
+         (f"{RECIPE}: autograd", "autograd: needs kernels:"),
+         lambda d: {**toy_recipe(), "autograd": d["autograd"]}),
+    Case("connection_names_an_instance_of_another_kernel", RecipeError,
+         (f"{RECIPE}: kernels.dgrad.connect[0]", "instance 'mma'", "instances: load"),
+         put("kernels.dgrad.connect", ["load.tiles -> mma.a"])),
+    Case("launch_tensor_without_shape", RecipeError,
+         (RECIPE, "kernels.forward.launch.inputs.x.shape", "missing"),
+         drop("kernels.forward.launch.inputs.x.shape")),
+    Case("grad_input_malformed", RecipeError,
+         (RECIPE, "key 'autograd.grads.x.inputs.1'", "'w.T.T'"), grad("x", "inputs",
+                                                                   ["grad.y", "w.T.T"])),
+    # The autograd section against the kernels' launches.
+    Case("forward_kernel_unknown", CheckError,
+         (f"{RECIPE}: autograd.forward", "names kernel 'fwd'",
+          "kernels: forward, dgrad, wgrad"), put("autograd.forward", "fwd")),
+    Case("grad_of_a_non_input", CheckError,
+         (f"{RECIPE}: autograd.grads.b", "'b' is not an input of kernel 'forward'",
+          "its inputs: x, w"), put("autograd.grads.b", {"kernel": "dgrad",
+                                                        "inputs": ["grad.y", "w.T"]})),
+    Case("grad_kernel_unknown", CheckError,
+         (f"{RECIPE}: autograd.grads.x.kernel", "names kernel 'xgrad'"),
+         grad("x", "kernel", "xgrad")),
+    Case("grad_of_an_input", CheckError,
+         (f"{RECIPE}: autograd.grads.x.inputs[0]", "'grad.x' is the gradient of 'x', which "
+          "is not an output of kernel 'forward'", "outputs: y"),
+         grad("x", "inputs", ["grad.x", "w.T"])),
+    Case("reference_to_an_unknown_tensor", CheckError,
+         (f"{RECIPE}: autograd.grads.x.inputs[1]", "'v.T' names no input or output",
+          "x, w, y"), grad("x", "inputs", ["grad.y", "v.T"])),
+    Case("transpose_of_a_vector", CheckError,
+         (f"{RECIPE}: autograd.grads.x.inputs[1]", "'w.T' transposes 'w', which has 1 "
+          "dimensions", "'.T' takes a 2-D tensor"),
+         put("kernels.forward.launch.inputs.w.shape", ["N"])),
+    Case("too_few_inputs", CheckError,
+         (f"{RECIPE}: autograd.grads.x.inputs", "lists 1 inputs, kernel 'dgrad' takes 2 "
+          "(dy, wt)"), grad("x", "inputs", ["grad.y"])),
+    Case("grad_kernel_with_two_outputs", CheckError,
+         (f"{RECIPE}: autograd.grads.x.kernel", "gradient kernel 'dgrad' has 2 outputs",
+          "exactly one"),
+         put("kernels.dgrad.launch.outputs.extra", {"dtype": "f32", "shape": ["M"]})),
+    Case("grad_kernel_without_outputs", CheckError,
+         (f"{RECIPE}: autograd.grads.w.kernel", "gradient kernel 'wgrad' has 0 outputs"),
+         drop("kernels.wgrad.launch.outputs")),
+    Case("grad_dtype_differs_from_the_input", CheckError,
+         (f"{RECIPE}: autograd.grads.x.kernel", "the gradient of 'x' is bf16 with 2 "
+          "dimensions, output 'dx' of kernel 'dgrad' is f32 with 2 dimensions"),
+         put("kernels.dgrad.launch.outputs.dx.dtype", "f32")),
+    Case("grad_input_rank_differs", CheckError,
+         (f"{RECIPE}: autograd.grads.x.inputs[0]", "'grad.y' is bf16 with 2 dimensions, "
+          "input 'dy' of kernel 'dgrad' is bf16 with 3 dimensions"),
+         put("kernels.dgrad.launch.inputs.dy.shape", ["M", "N", "P"])),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_multi_kernel_input_is_refused(tree, case):
+    tree.toy()
+    path = tree.recipe(case.recipe(case.base()))
+    with pytest.raises(PipeLinkError) as info:
+        check_autograd(load_recipe(path))
+    assert type(info.value) is case.error, str(info.value)
+    for part in case.must:
+        assert part in str(info.value), f"{part!r} missing from:\n{info.value}"
+
+
+def test_the_table_rows_differ():
+    assert len({c.id for c in CASES}) == len(CASES) >= 20
+    for case in CASES:  # no row mutates the shared base
+        case.recipe(case.base())
+    assert yaml.safe_dump(linear()) == yaml.safe_dump(_LINEAR)
