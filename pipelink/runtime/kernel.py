@@ -122,7 +122,8 @@ class LinkedKernel:
                 return struct.pack(_SCALAR[f["type"]], value)
             except struct.error as exc:
                 raise RuntimeLaunchError(f"argument '{name}' ({f['type']}): {exc}") from None
-        info = tensor_info(value, name)
+        what = f"argument '{name}'"
+        info = tensor_info(value, what)
         if not info.on_gpu:
             raise RuntimeLaunchError(f"argument '{name}' is on the CPU",
                                      hint="move it to the GPU (.cuda())")
@@ -135,9 +136,9 @@ class LinkedKernel:
             raise RuntimeLaunchError(f"argument '{name}' is {info.dtype}, the kernel takes "
                                      f"{f['dtype']}", hint=f"convert it to {f['dtype']}")
         if f["type"] == "tensormap":
-            return encode_tensormap(info, f["box"], f.get("swizzle", 0), name)
-        require_dense(info, name, f"'{f['instance']}.{f['arg']}'")
-        require_aligned(info, f.get("align", DEFAULT_PTR_ALIGN), name)
+            return encode_tensormap(info, f["box"], f.get("swizzle", 0), what)
+        require_dense(info, what, f"'{f['instance']}.{f['arg']}'")
+        require_aligned(info, f.get("align", DEFAULT_PTR_ALIGN), what)
         return struct.pack("<Q", info.ptr)
 
     def prepare(self, grid: tuple[int, ...] | list[int], args: dict[str, Any]) -> Launch:

@@ -77,17 +77,18 @@ class KernelSet:
 def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -> None:
     """Registers the gradient kernels as the forward op's autograd formula."""
     import torch
-    inputs = forward.spec.input_names
+    input_names = forward.spec.input_names
     outputs = tuple(o.name for o in forward.spec.outputs)
     refs = {r for g in grads.values() for r in g["inputs"]}
-    saved = [n for n in (*inputs, *outputs)
+    saved = [n for n in (*input_names, *outputs)
              if any(r.removesuffix(TRANSPOSE_SUFFIX) == n for r in refs)]
     name = torch_ops.op_name(forward.kernel.meta)
-    steps = [(inputs.index(x), kernels._kernel(g["kernel"], f"autograd.grads.{x}"),
+    steps = [(input_names.index(x), kernels._kernel(g["kernel"], f"autograd.grads.{x}"),
               tuple(g["inputs"])) for x, g in grads.items()]
 
-    def setup_context(ctx: Any, inputs_: tuple[Any, ...], output: Any) -> None:
-        values = dict(zip(inputs, inputs_, strict=True))
+    # torch.library calls these with keywords: the parameter names are its.
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        values = dict(zip(input_names, inputs, strict=True))
         values.update(zip(outputs, output if len(outputs) > 1 else (output,), strict=True))
         ctx.save_for_backward(*(values[n] for n in saved))
 
@@ -95,7 +96,7 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
         env = dict(zip(saved, ctx.saved_tensors, strict=True))
         for o, g in zip(outputs, grad_outputs, strict=True):
             env[GRAD_PREFIX + o] = g
-        result: list[Any] = [None] * len(inputs)
+        result: list[Any] = [None] * len(input_names)
         for position, op, args in steps:
             if ctx.needs_input_grad[position]:
                 result[position] = op.torch_op(*(_resolve(r, env) for r in args))

@@ -288,12 +288,13 @@ class Op:
         values = {**tensors, **given}
         for name, align in plan.aligns:
             if values[name].data_ptr() % align:
-                require_aligned(tensor_info(values[name], name), align, f"tensor '{name}'")
+                require_aligned(tensor_info(values[name], f"tensor '{name}'"), align,
+                                f"tensor '{name}'")
         if not given:
             return
         inplace = {(o.name, o.inplace) for o in self.spec.outputs if o.inplace}
-        written = [(n, tensor_info(t, n)) for n, t in given.items()]
-        read = [(n, tensor_info(t, n)) for n, t in tensors.items()]
+        written = [(n, tensor_info(t, f"out '{n}'")) for n, t in given.items()]
+        read = [(n, tensor_info(t, f"input '{n}'")) for n, t in tensors.items()]
         for i, (out_name, out_info) in enumerate(written):
             for other, info in read + written[i + 1:]:
                 if (out_name, other) not in inplace and overlaps(out_info, info):

@@ -46,25 +46,26 @@ class TensorInfo:
                                         for d, s in zip(self.shape, self.strides, strict=True)))
 
 
-def tensor_info(obj: Any, name: str) -> TensorInfo:
-    """What a launch needs of a tensor, from PyTorch or __cuda_array_interface__."""
+def tensor_info(obj: Any, what: str) -> TensorInfo:
+    """What a launch needs of a tensor, from PyTorch or __cuda_array_interface__;
+    ``what`` names it in errors ("argument 'load.src'", "input 'x'")."""
     if hasattr(obj, "data_ptr") and hasattr(obj, "dtype"):
         dtype = TORCH_DTYPES.get(str(obj.dtype).removeprefix("torch."))
         if dtype is None:
-            raise RuntimeLaunchError(f"argument '{name}': unsupported dtype {obj.dtype}",
+            raise RuntimeLaunchError(f"{what}: unsupported dtype {obj.dtype}",
                                      hint="dtypes: " + ", ".join(sorted(TORCH_DTYPES)))
         device = getattr(obj, "device", None)
         return TensorInfo(obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype,
                           getattr(obj, "is_cuda", False), getattr(device, "index", None))
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
-        raise RuntimeLaunchError(f"argument '{name}' is not a GPU tensor "
+        raise RuntimeLaunchError(f"{what} is not a GPU tensor "
                                  f"({type(obj).__name__})",
                                  hint="pass a CUDA tensor (PyTorch, CuPy, or any object with "
                                       "__cuda_array_interface__)")
     dtype = _TYPESTR.get(cai["typestr"])
     if dtype is None:
-        raise RuntimeLaunchError(f"argument '{name}': unsupported typestr {cai['typestr']}")
+        raise RuntimeLaunchError(f"{what}: unsupported typestr {cai['typestr']}")
     shape = tuple(cai["shape"])
     size = expr.DTYPE_BYTES[dtype]
     strides = (tuple(s // size for s in cai["strides"]) if cai.get("strides")
@@ -86,32 +87,32 @@ def is_dense(info: TensorInfo) -> bool:
     return all(d == 1 or s == w for d, s, w in zip(info.shape, info.strides, want, strict=True))
 
 
-def require_dense(info: TensorInfo, name: str, why: str) -> None:
+def require_dense(info: TensorInfo, what: str, why: str) -> None:
     if not is_dense(info):
         raise RuntimeLaunchError(
-            f"argument '{name}' has strides {list(info.strides)} for shape {list(info.shape)}; "
+            f"{what} has strides {list(info.strides)} for shape {list(info.shape)}; "
             f"{why} reads it as a dense row-major array "
             f"(strides {list(contiguous_strides(info.shape))})",
             hint="pass .contiguous()")
 
 
-def require_aligned(info: TensorInfo, align: int, name: str) -> None:
+def require_aligned(info: TensorInfo, align: int, what: str) -> None:
     if info.ptr % align:
         raise RuntimeLaunchError(
-            f"argument '{name}' starts at an address {info.ptr % align} bytes past a "
+            f"{what} starts at an address {info.ptr % align} bytes past a "
             f"{align}-byte boundary; the kernel needs {align}-byte alignment",
             hint="pass a freshly allocated or .clone()d tensor, not a view at an odd offset")
 
 
-def require_tma_layout(info: TensorInfo, name: str) -> None:
+def require_tma_layout(info: TensorInfo, what: str) -> None:
     """What cuTensorMapEncodeTiled demands of a tensor (checked here to say it plainly)."""
     if info.strides and info.strides[-1] != 1:
-        raise RuntimeLaunchError(f"argument '{name}': its innermost dimension has stride "
+        raise RuntimeLaunchError(f"{what}: its innermost dimension has stride "
                                  f"{info.strides[-1]}, TMA needs 1",
                                  hint="pass .contiguous()")
     pitches = [s * info.itemsize for s in info.strides[:-1]]
     if any(p % TMA_ALIGN for p in pitches):
-        raise RuntimeLaunchError(f"argument '{name}': row pitch {pitches} bytes is not a "
+        raise RuntimeLaunchError(f"{what}: row pitch {pitches} bytes is not a "
                                  f"multiple of {TMA_ALIGN}",
                                  hint="pad the inner dimension to a multiple of "
                                       f"{TMA_ALIGN // info.itemsize} elements")
@@ -124,15 +125,15 @@ def overlaps(a: TensorInfo, b: TensorInfo) -> bool:
     return bool(na and nb) and a.ptr < b.ptr + nb and b.ptr < a.ptr + na
 
 
-def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, name: str) -> bytes:
+def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, what: str) -> bytes:
     """A tiled TMA descriptor over a row-major tensor; ``box`` innermost first."""
     drv = driver()
     rank = len(info.shape)
     if rank != len(box):
-        raise RuntimeLaunchError(f"argument '{name}': a {len(box)}-D tile map needs a "
+        raise RuntimeLaunchError(f"{what}: a {len(box)}-D tile map needs a "
                                  f"{len(box)}-D tensor, got shape {list(info.shape)}")
-    require_tma_layout(info, name)
-    require_aligned(info, TMA_ALIGN, name)
+    require_tma_layout(info, what)
+    require_aligned(info, TMA_ALIGN, what)
     pitches = [s * info.itemsize for s in reversed(info.strides[:-1])]
     tmap = call(drv.cuTensorMapEncodeTiled(
         getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[info.dtype]}"),
@@ -144,5 +145,5 @@ def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, name: str) 
         getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{_SWIZZLES[swizzle]}"),
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        f"cuTensorMapEncodeTiled for '{name}'")
+        f"cuTensorMapEncodeTiled for {what}")
     return ctypes.string_at(tmap.getPtr(), TMA_DESCRIPTOR_BYTES)

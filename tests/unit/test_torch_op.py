@@ -73,3 +73,39 @@ def test_same_cubin_registers_once():
     a = Op.from_meta(copy.deepcopy(META), num_sms=132)
     b = Op.from_meta(copy.deepcopy(META), num_sms=132)
     assert a.torch_op is b.torch_op
+
+
+def _gemm_meta(kernel: str, a: str, b: str, out: str, shapes: tuple) -> dict:
+    meta = copy.deepcopy(META)
+    meta.update(recipe="lin", kernel=kernel, cubin_sha256=f"{kernel:x<64}")
+    meta["launch"] = {"persistent": True,
+                      "inputs": [{"name": a, "dtype": "bf16", "shape": list(shapes[0])},
+                                 {"name": b, "dtype": "bf16", "shape": list(shapes[1])}],
+                      "outputs": [{"name": out, "dtype": "bf16", "shape": list(shapes[2])}],
+                      "bind": {"load.tma_a": a, "load.tma_b": b, "store.out": out}}
+    return meta
+
+
+def test_autograd_runs_the_gradient_kernels():
+    """Forward and backward through the registered ops, on meta tensors: shapes of every
+    gradient follow the gradient kernels' launch sections."""
+    from pipelink.runtime.kernelset import KernelSet, _register_backward
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "lin", "."
+    ks.kernels = {
+        "forward": Op.from_meta(_gemm_meta("forward", "x", "w", "y",
+                                           (["M", "K"], ["N", "K"], ["M", "N"])), 132),
+        "dgrad": Op.from_meta(_gemm_meta("dgrad", "dy", "wt", "dx",
+                                         (["M", "N"], ["K", "N"], ["M", "K"])), 132),
+        "wgrad": Op.from_meta(_gemm_meta("wgrad", "dyt", "xt", "dw",
+                                         (["N", "M"], ["K", "M"], ["N", "K"])), 132)}
+    ks.forward_op = ks.kernels["forward"]
+    _register_backward(ks.forward_op, {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
+                                       "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}},
+                       ks)
+    x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    y = ks(x, w)
+    assert y.shape == (64, 48) and y.requires_grad
+    y.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
