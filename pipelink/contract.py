@@ -317,9 +317,20 @@ class BoundContract:
 
 
 def load_contract(path: Path | str) -> Contract:
+    """A contract from its file. A ``contract.yaml`` names the component of its folder: the
+    index finds components by folder, sources include ``pl_<component>.h``."""
     path = Path(path)
     data = read_yaml(path)
-    return contract_from_data(data, str(path))
+    contract = contract_from_data(data, str(path))
+    folder = path.resolve().parent.name
+    if path.name == "contract.yaml" and contract.name != folder:
+        raise ContractError(
+            f"component '{contract.name}' is in folder '{folder}'; the two must match "
+            f"(the index looks for the folder, the source includes pl_{contract.name}.h)",
+            where=contract.where("component"),
+            hint=f"rename the folder to '{contract.name}', or write component: {folder} "
+                 f"and include pl_{folder}.h")
+    return contract
 
 
 def contract_from_data(data: Any, where: str) -> Contract:
