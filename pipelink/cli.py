@@ -106,7 +106,7 @@ def _kernel(a: argparse.Namespace):  # noqa: ANN202  (returns Kernel, objects)
     recipe = load_recipe(a.recipe)
     build = _folder(Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj"), "--build")
     objects = build_objects(recipe, a.arch, default_index(), build)
-    kernel, _ = check_objects(recipe, a.arch, objects)
+    kernel, _ = check_objects(recipe, a.arch, objects, default_index())
     return recipe, kernel, objects
 
 
