@@ -55,6 +55,8 @@ def _path_order(path: Any) -> tuple:
 
 def _key_text(key: Any) -> str:
     """A key as a path element: plain names as they are, anything odd in brackets."""
+    if isinstance(key, int):
+        return f"[{key}]"     # a list index, written as the checker writes connect[0]
     text = str(key)
     return text if re.fullmatch(r"[A-Za-z0-9_-]+", text) else f"[{json.dumps(key, default=str)}]"
 
@@ -105,6 +107,13 @@ def schema_error(validator: jsonschema.Validator, data: Any, where: str,
         path.append(extra[0] if extra else "?")
         message = "unknown key"
         hint = "allowed keys here: " + (", ".join(allowed) or "none")
+    elif first.validator in ("oneOf", "anyOf") and any(
+            e.validator == "pattern" for e in first.context or ()):
+        # The value has an accepted type but not the accepted form: say the form.
+        pattern = next(e for e in first.context if e.validator == "pattern").validator_value
+        what, words = _PATTERN_WORDS.get(pattern, ("not valid here", None))
+        message = f"{clip(repr(first.instance))} is {what}"
+        hint = "; ".join(h for h in (hint, words) if h) or None
     elif first.validator in ("oneOf", "anyOf") and isinstance(first.validator_value, list):
         message = f"{clip(repr(first.instance))} is neither " + " nor ".join(
             _kinds(first.validator_value))

@@ -86,7 +86,7 @@ def unpack(data: bytes, path: str = "<bytes>") -> ComponentObject:
     end = _PREFIX.size + length
     try:
         header = json.loads(data[_PREFIX.size:end])
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):   # RecursionError: a crafted, deeply nested header
         raise ObjectFormatError("corrupted header", where=path,
                                 hint="rebuild the component") from None
     ltoir = data[end:]

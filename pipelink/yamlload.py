@@ -107,13 +107,18 @@ class _BoundedLoader(yaml.SafeLoader):
 
 def parse_yaml(text: str, where: str, error: type[Exception]) -> Any:
     """YAML text to data within the bounds above; ``error`` names ``where`` (file:line:col)."""
-    loader = _BoundedLoader(text)
+    loader = None
     try:
+        loader = _BoundedLoader(text)   # the reader refuses control characters here
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
         problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)   # "while parsing a flow sequence", ...
+        if context and not isinstance(exc, _Refused):
+            problem = f"{context}: {problem}" if context.startswith("while") \
+                else f"{context} {problem}"
         hint = getattr(exc, "hint", None)
         if "'\\t'" in problem or (mark is not None and _tab_at(text, mark)):
             hint = "YAML indents with spaces: replace the tab with spaces"
@@ -121,7 +126,8 @@ def parse_yaml(text: str, where: str, error: type[Exception]) -> Any:
     except (ValueError, OverflowError) as exc:   # e.g. !!int 0x, !!timestamp 2024-13-01
         raise error(f"malformed YAML: {clip(str(exc))}", where=where) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _tab_at(text: str, mark: yaml.Mark) -> bool:

@@ -29,6 +29,7 @@ from pipelink.errors import (
     RecipeError,
 )
 from pipelink.objfile import pack, read_object
+from pipelink.place import DemandsDoNotFit, place
 from pipelink.recipe import load_recipe
 
 from ..conftest import Tree, consumer, epilogue, producer, toy_recipe
@@ -39,6 +40,7 @@ LOADER = "components/loader/contract.yaml"
 REDUCER = "components/reducer/contract.yaml"
 STORE = "components/store/contract.yaml"
 RECIPE = "recipes/r.yaml"
+MAX_MESSAGE = 1500   # characters: a message names the place, it never echoes the input
 
 
 # -- mutations of a contract or recipe dict ----------------------------------------------
@@ -122,6 +124,18 @@ def edit_header(data: bytes, old: bytes, new: bytes) -> bytes:
     return data[:8] + len(header).to_bytes(4, "little") + header + data[end:]
 
 
+ELF_BYTES = b"\x7fELF\x02\x01\x01\x00" + bytes(56) + b"\x01\x02\x03"
+# Ten levels of ten aliases each: 10**10 values once expanded, a few hundred bytes written.
+LAUGHS = ("{at}: {{l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol], "
+          + ", ".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]"
+                      for i in range(1, 10)) + "}}\n")
+
+
+def packed_header(header: bytes) -> bytes:
+    """An object whose header is ``header`` as is (length right, LTO-IR empty)."""
+    return packed_loader()[:8] + len(header).to_bytes(4, "little") + header
+
+
 # -- the table --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -136,6 +150,8 @@ class Case:
     arch: str = "sm_90a"
     obj: Callable[[Path], bytes] | None = None      # bytes of a .o to read instead
     bound_check: bool = field(default=False)        # check an object's embedded contract
+    place: bool = False                             # also place the checked kernel
+    never: tuple[str, ...] = ()                     # substrings the message must not hold
 
 
 CASES = [
@@ -159,7 +175,7 @@ CASES = [
     Case("contract_arch_not_a_list", ContractError,
          (LOADER, "key 'arch'", "is not of type 'array'"), loader=put("arch", "sm_90a")),
     Case("contract_unknown_arch", ContractError,
-         (LOADER, "key 'arch.0'", "'sm_89' is not one of"), loader=put("arch", ["sm_89"])),
+         (LOADER, "key 'arch[0]'", "'sm_89' is not one of"), loader=put("arch", ["sm_89"])),
     Case("contract_port_dir_wrong_value", ContractError,
          (REDUCER, "key 'ports.x.dir'", "'inout' is not one of"),
          reducer=put("ports.x.dir", "inout")),
@@ -234,7 +250,7 @@ CASES = [
     Case("recipe_unknown_key", RecipeError,
          (RECIPE, "key 'phasez': unknown key", "phases"), recipe=put("phasez", ["main"])),
     Case("recipe_bad_connection_syntax", RecipeError,
-         (RECIPE, "key 'connect.0'", "load.tiles => reduce.x"),
+         (RECIPE, "key 'connect[0]'", "load.tiles => reduce.x"),
          recipe=put("connect.0", "load.tiles => reduce.x")),
     Case("recipe_connection_unknown_instance", RecipeError,
          (f"{RECIPE}: connect[0]", "instance 'lod'"),
@@ -365,9 +381,169 @@ CASES = [
          ("foreign.sm_90a.o", "object format 2, this PipeLink reads 1"),
          obj=lambda tmp: packed_loader()[:6] + b"\x02\x00" + packed_loader()[8:]),
     Case("object_embedded_contract_invalid", ContractError,
-         ("foreign.sm_90a.o (embedded contract)", "key 'roles.producer.warps'"),
+         ("foreign.sm_90a.o (embedded contract of 'loader')", "key 'roles.producer.warps'"),
          obj=lambda tmp: packed_loader(put("roles.producer.warps", [1])(producer())),
          bound_check=True),
+    # Raw bytes and YAML the bounded reader refuses (contract files).
+    Case("contract_binary_file", ContractError, (LOADER, "binary file, not YAML text"),
+         loader=ELF_BYTES),
+    Case("contract_latin1_text", ContractError, (LOADER, "not UTF-8 text (byte 0xe9"),
+         loader="component: loader # café\n".encode("latin-1")),
+    Case("contract_nested_100k_deep", ContractError,
+         (f"{LOADER}:2:", "nested more than 64 levels deep"),
+         loader="component: loader\nx: " + "[" * 100_000 + "]" * 100_000 + "\n"),
+    Case("contract_nested_400_deep_short_message", ContractError,
+         (f"{LOADER}:2:", "nested more than 64 levels deep"), never=("[[[[",),
+         loader="component: loader\nx: " + "[" * 400 + "]" * 400 + "\n"),
+    Case("contract_billion_laughs_in_params", ContractError,
+         (LOADER, "expands to more than 200000 values", "aliases"),
+         loader=LAUGHS.format(at="params:\n  rows")),
+    Case("contract_recursive_alias", ContractError,
+         (f"{LOADER}:2:", "alias *a refers to a value that contains it"),
+         loader="component: loader\nx: &a [1, *a]\n"),
+    Case("contract_duplicate_top_key", ContractError,
+         (f"{LOADER}:3:1", "key 'arch' appears twice", "first at line 2"),
+         loader="component: loader\narch: [sm_90a]\narch: [sm_100a]\n"),
+    Case("contract_duplicate_nested_key", ContractError,
+         (f"{LOADER}:", "key 'warps' appears twice"),
+         loader="component: loader\narch: [sm_90a]\n"
+                "roles: {producer: {warps: 1, warps: 2}}\n"),
+    Case("contract_tab_indent", ContractError,
+         (f"{LOADER}:3:1", "malformed YAML", "spaces"),
+         loader="component: loader\narch: [sm_90a]\n\troles: {}\n"),
+    Case("contract_over_one_mib", ContractError, (LOADER, "larger than 1048576 bytes"),
+         loader="component: loader\n" + "#" * (1 << 20) + "\n"),
+    Case("contract_empty_file", ContractError, (LOADER, "a contract is a mapping"),
+         loader=""),
+    Case("contract_only_a_comment", ContractError, (LOADER, "a contract is a mapping"),
+         loader="# written later\n"),
+    Case("contract_two_documents", ContractError,
+         (f"{LOADER}:2:", "malformed YAML", "single document"),
+         loader="component: loader\n---\ncomponent: reducer\n"),
+    Case("contract_python_tag", ContractError,
+         (f"{LOADER}:1:", "malformed YAML", "python/object"),
+         loader="component: !!python/object/apply:os.getcwd []\n"),
+    Case("contract_bad_int_tag", ContractError, (LOADER, "malformed YAML"),
+         loader="component: loader\narch: [sm_90a]\nparams: {rows: !!int 0x}\n"),
+    Case("contract_huge_integer", ContractError, (LOADER, "malformed YAML"),
+         loader="component: loader\narch: [sm_90a]\nparams: {rows: 1" + "0" * 5000 + "}\n"),
+    Case("contract_unhashable_key", ContractError,
+         (f"{LOADER}:1:", "unhashable key"), loader="? [component]\n: loader\n"),
+    Case("contract_control_character", ContractError,
+         (LOADER, "malformed YAML", "special characters"), loader="component: loa\x07der\n"),
+    Case("contract_unclosed_quote", ContractError, (LOADER, "malformed YAML"),
+         loader='component: "loader\narch: [sm_90a]\n'),
+    Case("contract_date_is_not_a_name", ContractError,
+         (LOADER, "key 'component'", "'2024-13-01' is not a name"),
+         loader=put("component", "2024-13-01")),
+    Case("contract_entry_not_a_c_identifier", ContractError,
+         (LOADER, "key 'roles.producer.entry'", "not a C identifier"), never=("^[",),
+         loader=put("roles.producer.entry", "pl-load")),
+    Case("contract_param_string_with_space", ContractError,
+         (LOADER, "key 'params.dtype'", "not a param string"), never=("^[",),
+         loader=put("params.dtype", "bf 16")),
+    Case("contract_name_differs_from_folder", ContractError,
+         (f"{LOADER}: component", "component 'row_loader' is in folder 'loader'",
+          "rename the folder to 'row_loader'", "include pl_loader.h"),
+         loader=put("component", "row_loader")),
+    Case("contract_huge_list_short_message", ContractError, (LOADER, "key 'arch'", "more)"),
+         loader=put("arch", ["sm_90a"] * 5000)),
+    # Raw bytes and YAML the bounded reader refuses (recipe files).
+    Case("recipe_binary_file", RecipeError, (RECIPE, "binary file, not YAML text"),
+         recipe=ELF_BYTES),
+    Case("recipe_utf16_file", RecipeError, (RECIPE, "binary file"),
+         recipe="recipe: toy\n".encode("utf-16")),
+    Case("recipe_cp1252_text", RecipeError, (RECIPE, "not UTF-8 text (byte 0x93"),
+         recipe=b"recipe: toy\ndescription: \x93smart quotes\x94\n"),
+    Case("recipe_nested_100k_deep", RecipeError,
+         (f"{RECIPE}:2:", "nested more than 64 levels deep"),
+         recipe="recipe: toy\nx: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n"),
+    Case("recipe_billion_laughs_in_instance_params", RecipeError,
+         (RECIPE, "expands to more than 200000 values"),
+         recipe=LAUGHS.format(at="instances:\n  load:\n    component: loader\n    params")),
+    Case("recipe_recursive_alias", RecipeError, (f"{RECIPE}:", "refers to a value that"),
+         recipe="recipe: toy\ninstances: &i {load: *i}\n"),
+    Case("recipe_duplicate_instance", RecipeError,
+         (f"{RECIPE}:5:", "key 'load' appears twice", "silently keep the last"),
+         recipe="recipe: toy\narch: [sm_90a]\ninstances:\n  load: loader\n  load: reducer\n"),
+    Case("recipe_tab_indent", RecipeError,
+         (f"{RECIPE}:4:1", "spaces"),
+         recipe="recipe: toy\narch: [sm_90a]\ninstances:\n\tload: loader\n"),
+    Case("recipe_over_one_mib", RecipeError, (RECIPE, "larger than 1048576 bytes"),
+         recipe="recipe: toy\ndescription: '" + "x" * (1 << 20) + "'\n"),
+    Case("recipe_empty_file", RecipeError, (RECIPE, "a recipe is a mapping"), recipe=""),
+    Case("recipe_a_list", RecipeError, (RECIPE, "a recipe is a mapping"),
+         recipe="- load\n- reduce\n"),
+    Case("recipe_two_documents", RecipeError, (f"{RECIPE}:", "single document"),
+         recipe="recipe: toy\n---\nrecipe: other\n"),
+    Case("recipe_wrong_arrow", RecipeError,
+         (f"{RECIPE}: ", "key 'connect[0]'", "'load.tiles => reduce.x' is not a connection",
+          "write 'producer.port -> consumer.port'"), never=("[a-z_]", "does not match"),
+         recipe=put("connect.0", "load.tiles => reduce.x")),
+    Case("recipe_reversed_arrow", RecipeError,
+         ("key 'connect[1]'", "not a connection", "producer.port -> consumer.port"),
+         recipe=put("connect.1", "store.acc <- reduce.acc")),
+    Case("recipe_connection_without_port", RecipeError,
+         ("key 'connect[0]'", "not a connection"), recipe=put("connect.0", "load -> reduce.x")),
+    Case("recipe_name_not_a_name", RecipeError,
+         (RECIPE, "key 'recipe'", "'Toy Kernel' is not a name", "lowercase"),
+         never=("^[",), recipe=put("recipe", "Toy Kernel")),
+    Case("recipe_objective_unknown_tunable", CheckError,
+         (f"{RECIPE}: objective.maximize[0]", "'load_x.stagez' is not a tunable",
+          "tunables: load.stages, reduce.stages"),
+         recipe=put("objective", {"maximize": ["load_x.stagez"]})),
+    Case("recipe_objective_second_name_unknown", CheckError,
+         (f"{RECIPE}: objective.maximize[1]", "'reduce.stagez'"),
+         recipe=put("objective", {"maximize": ["load.stages", "reduce.stagez"]})),
+    # Objects: foreign, truncated, corrupted.
+    Case("object_counting_bytes", ObjectFormatError, ("foreign.sm_90a.o", "bad magic"),
+         obj=lambda tmp: bytes(range(256)) * 4),
+    Case("object_yaml_text", ObjectFormatError, ("foreign.sm_90a.o", "bad magic"),
+         obj=lambda tmp: b"component: loader\narch: [sm_90a]\n"),
+    Case("object_magic_only", ObjectFormatError, ("foreign.sm_90a.o", "bad magic"),
+         obj=lambda tmp: packed_loader()[:8]),
+    Case("object_truncated_after_prefix", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted header"), obj=lambda tmp: packed_loader()[:12]),
+    Case("object_header_length_too_long", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted"),
+         obj=lambda tmp: packed_loader()[:8] + (1 << 30).to_bytes(4, "little")
+         + packed_loader()[12:]),
+    Case("object_header_not_utf8", ObjectFormatError, ("foreign.sm_90a.o", "corrupted header"),
+         obj=lambda tmp: packed_loader()[:13] + b"\xff" + packed_loader()[14:]),
+    Case("object_header_deeply_nested", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted header"),
+         obj=lambda tmp: packed_header(b"[" * 200_000 + b"]" * 200_000)),
+    Case("object_header_a_list", ObjectFormatError, ("foreign.sm_90a.o", "corrupted"),
+         obj=lambda tmp: packed_header(b"[1, 2, 3]")),
+    Case("object_header_missing_symbols", ObjectFormatError,
+         ("foreign.sm_90a.o", "field 'symbols' is missing"),
+         obj=lambda tmp: edit_header(packed_loader(), b'"symbols"', b'"symbolz"')),
+    Case("object_header_wrong_component", ObjectFormatError,
+         ("foreign.sm_90a.o", "component 'reader' but the embedded contract is of 'loader'"),
+         obj=lambda tmp: edit_header(packed_loader(), b'"component":"loader","contract"',
+                                     b'"component":"reader","contract"')),
+    Case("object_ltoir_appended", ObjectFormatError,
+         ("foreign.sm_90a.o", "LTO-IR does not match its recorded hash"),
+         obj=lambda tmp: packed_loader() + b"\x00"),
+    Case("object_is_a_folder", ObjectFormatError, ("cannot read",),
+         obj=lambda tmp: None),
+    # Placing: errors name the contract.yaml the user edits.
+    Case("place_smem_does_not_fit", DemandsDoNotFit,
+         (f"{LOADER}: smem.tiles", "load.tiles alone needs 2 x 128 KiB", "227 KiB"),
+         recipe=chain(put("instances.load", {"component": "loader", "params": {"cols": 256,
+                                                                               "rows": 256}}),
+                      put("instances.reduce", {"component": "reducer",
+                                               "params": {"cols": 256, "rows": 256}}),
+                      put("instances.store", {"component": "store", "params": {"rows": 256}})),
+         place=True),
+    Case("place_pinned_stages_do_not_fit", DemandsDoNotFit,
+         (f"{LOADER}: smem.tiles", "load.tiles alone needs 4 x 64 KiB",
+          "fewer load.stages"),
+         recipe=chain(put("instances.load", {"component": "loader", "params": {"cols": 256},
+                                             "tunables": {"stages": 4}}),
+                      put("instances.reduce", {"component": "reducer",
+                                               "params": {"cols": 256}})),
+         place=True),
 ]
 
 
@@ -375,25 +551,44 @@ def _write_tree(tree: Tree, case: Case) -> Path:
     for name, base, mutation in (("loader", producer, case.loader),
                                  ("reducer", consumer, case.reducer),
                                  ("store", epilogue, case.store)):
-        if isinstance(mutation, str):
+        if isinstance(mutation, bytes):
+            tree.component(name, "").write_bytes(mutation)
+        elif isinstance(mutation, str):
             tree.component(name, mutation)
         else:
             tree.component(name, mutation(base()) if mutation else base())
     recipe = case.recipe
+    if isinstance(recipe, bytes):
+        path = tree.recipe("")
+        path.write_bytes(recipe)
+        return path
     return tree.recipe(recipe if isinstance(recipe, str)
                        else recipe(toy_recipe()) if recipe else toy_recipe())
 
 
-def _run(tree: Tree, case: Case) -> None:
+def _prepare(tree: Tree, case: Case) -> Callable[[], object]:
+    """Writes the case's inputs; returns what the linker would run on them."""
     if case.obj is not None:
         path = tree.root / "obj" / "foreign.sm_90a.o"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(case.obj(tree.root))
-        obj = read_object(path)
-        if case.bound_check:
-            obj.bound()
-        return
-    tree.check(_write_tree(tree, case), case.arch)
+        data = case.obj(tree.root)
+        if data is None:
+            path.mkdir()
+        else:
+            path.write_bytes(data)
+        return lambda: read_object(path).bound() if case.bound_check else read_object(path)
+    recipe = _write_tree(tree, case)
+    if case.place:
+        return lambda: place(tree.check(recipe, case.arch).problem)
+    return lambda: tree.check(recipe, case.arch)
+
+
+def _run(tree: Tree, case: Case) -> None:
+    _prepare(tree, case)()
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
 
 
 def test_the_table_is_long_enough():
@@ -409,12 +604,18 @@ def test_the_unbroken_tree_checks(tree):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_bad_input_is_refused_naming_what_to_fix(tree, case):
+    run = _prepare(tree, case)
+    before = _files(tree.root)
     with pytest.raises(PipeLinkError) as info:
-        _run(tree, case)
+        run()
     assert type(info.value) is case.error, str(info.value)
     text = str(info.value)
     for part in case.must:
         assert part in text, f"{part!r} missing from:\n{text}"
+    for part in case.never:
+        assert part not in text, f"{part!r} in:\n{text}"
+    assert len(text) < MAX_MESSAGE, f"{len(text)} characters:\n{text[:MAX_MESSAGE]}"
+    assert _files(tree.root) == before   # nothing written, nothing half-written
 
 
 def test_every_problem_of_a_recipe_is_reported_at_once(tree):
