@@ -9,6 +9,7 @@ check. Object rows corrupt a packed object and read it back. No compiler is need
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from pipelink import cli
 from pipelink.check import check
+from pipelink.cli import UsageError
 from pipelink.contract import contract_from_data
 from pipelink.errors import (
     CheckError,
@@ -659,3 +662,203 @@ def test_check_refuses_objects_the_recipe_does_not_name(tree):
     del bound["extra"], bound["store"]
     with pytest.raises(CheckError, match="no contract for instance 'store'"):
         check(recipe, "sm_90a", bound)
+
+
+# -- the command line and scons -----------------------------------------------------------
+# Rows run the real entry points in a subprocess (exit 2, one message, no traceback) and,
+# for the CLI, the same command in-process for the error class. None of them reaches nvcc.
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Command:
+    id: str
+    args: tuple[str, ...]
+    error: type[BaseException]      # SystemExit: refused by argparse before any command runs
+    must: tuple[str, ...]
+    case: Case = Case("inputs", PipeLinkError, ())   # the tree's contracts and recipe
+    files: tuple[tuple[str, bytes], ...] = ()        # extra files, relative to the tree
+
+
+R = ("--arch", "sm_90a")
+COMPILE = ("compile", LOADER, "--arch", "sm_90a", "-o", "out/loader.o")
+CLI = [
+    Command("cli_check_binary_recipe", ("check", RECIPE, *R), RecipeError,
+            (RECIPE, "binary file"), Case("", PipeLinkError, (), recipe=ELF_BYTES)),
+    Command("cli_check_missing_recipe", ("check", "recipes/nope.yaml", *R), RecipeError,
+            ("recipes/nope.yaml", "cannot read: No such file")),
+    Command("cli_check_recipe_is_a_folder", ("check", "recipes", *R), RecipeError,
+            ("recipes: cannot read: Is a directory",)),
+    Command("cli_check_deep_recipe", ("check", RECIPE, *R), RecipeError,
+            (RECIPE, "nested more than 64"),
+            Case("", PipeLinkError, (), recipe="x: " + "[" * 100_000 + "\n")),
+    Command("cli_check_dup_key_recipe", ("check", RECIPE, *R), RecipeError,
+            (f"{RECIPE}:3:1", "key 'arch' appears twice"),
+            Case("", PipeLinkError, (), recipe="recipe: r\narch: [sm_90a]\narch: [sm_100a]\n")),
+    Command("cli_check_wrong_arrow", ("check", RECIPE, *R), RecipeError,
+            ("key 'connect[0]'", "write 'producer.port -> consumer.port'"),
+            Case("", PipeLinkError, (), recipe=put("connect.0", "load.tiles => reduce.x"))),
+    Command("cli_check_arch_not_targeted", ("check", RECIPE, "--arch", "sm_100a"),
+            RecipeError, (f"{RECIPE}: arch", "does not target sm_100a")),
+    Command("cli_check_unknown_component", ("check", RECIPE, *R), RecipeError,
+            (f"{RECIPE}: instances.load", "unknown component 'nope'"),
+            Case("", PipeLinkError, (), recipe=put("instances.load", "nope"))),
+    Command("cli_check_contract_tab", ("check", RECIPE, *R), ContractError,
+            (f"{LOADER}:3:1", "spaces"),
+            Case("", PipeLinkError, (), loader="component: loader\narch: [sm_90a]\n\tx: 1\n")),
+    Command("cli_check_build_is_a_file", ("check", RECIPE, *R, "--build", "afile"),
+            UsageError, ("--build afile is a file, not a folder",), files=(("afile", b"x"),)),
+    Command("cli_check_build_inside_a_file", ("check", RECIPE, *R, "--build", "afile/obj"),
+            UsageError, ("--build afile/obj is inside afile, which is a file",),
+            files=(("afile", b"x"),)),
+    Command("cli_link_output_is_a_file", ("link", RECIPE, *R, "-o", "afile"), UsageError,
+            ("--output afile is a file, not a folder",), files=(("afile", b"x"),)),
+    Command("cli_place_workers_negative", ("place", RECIPE, *R, "--workers", "-3"),
+            SystemExit, ("argument --workers", "whole number >= 1, got '-3'")),
+    Command("cli_place_workers_zero", ("place", RECIPE, *R, "--workers", "0"), SystemExit,
+            ("argument --workers", ">= 1")),
+    Command("cli_explain_workers_word", ("explain", RECIPE, *R, "--workers", "two"),
+            SystemExit, ("argument --workers", "got 'two'")),
+    Command("cli_inspect_yaml_as_object", ("inspect", RECIPE), ObjectFormatError,
+            (RECIPE, "not a PipeLink object (bad magic)")),
+    Command("cli_inspect_missing_object", ("inspect", "obj/none.o"), ObjectFormatError,
+            ("obj/none.o", "cannot read: No such file")),
+    Command("cli_inspect_folder", ("inspect", "recipes"), ObjectFormatError,
+            ("recipes", "cannot read: Is a directory")),
+    Command("cli_inspect_truncated_object", ("inspect", "obj/x.o"), ObjectFormatError,
+            ("obj/x.o", "corrupted header"), files=(("obj/x.o", b"PLOBJ\x00\x01\x00\xff\xff"
+                                                    b"\x00\x00{\"format\""),)),
+    Command("cli_compile_param_without_value", (*COMPILE, "-p", "rows"), UsageError,
+            ("-p 'rows': write name=value",)),
+    Command("cli_compile_unknown_param", (*COMPILE, "-p", "rowz=64"), ContractError,
+            (LOADER, "component 'loader' has no param 'rowz'", "cols, dtype, rows")),
+    Command("cli_compile_unsupported_arch", ("compile", LOADER, "--arch", "sm_120a", "-o",
+                                             "out/x.o"), ContractError,
+            (f"{LOADER}: arch", "does not support sm_120a")),
+    Command("cli_compile_contract_binary", COMPILE, ContractError, (LOADER, "binary file"),
+            Case("", PipeLinkError, (), loader=ELF_BYTES)),
+    Command("cli_compile_contract_laughs", COMPILE, ContractError,
+            (LOADER, "expands to more than"),
+            Case("", PipeLinkError, (), loader=LAUGHS.format(at="params"))),
+    Command("cli_compile_name_differs_from_folder", COMPILE, ContractError,
+            (f"{LOADER}: component", "rename the folder to 'row_loader'"),
+            Case("", PipeLinkError, (), loader=put("component", "row_loader"))),
+]
+
+
+def _command_tree(tree: Tree, command: Command) -> dict[str, str]:
+    _write_tree(tree, command.case)
+    for rel, data in command.files:
+        (tree.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree.root / rel).write_bytes(data)
+    stage = tree.root.parent / f"{tree.root.name}-stage"
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PIPELINK_STAGE": str(stage),
+            "PIPELINK_COMPONENTS": str(tree.root / "components")}
+
+
+def _one_message(proc: subprocess.CompletedProcess, must: tuple[str, ...]) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    for part in must:
+        assert part in proc.stderr, f"{part!r} missing from:\n{proc.stderr}"
+    assert len(proc.stderr) < MAX_MESSAGE + 400, proc.stderr[:MAX_MESSAGE]
+
+
+@pytest.mark.parametrize("command", CLI, ids=lambda c: c.id)
+def test_cli_refuses_bad_input_in_one_message(tree, monkeypatch, command):
+    env = _command_tree(tree, command)
+    before = _files(tree.root)
+    proc = subprocess.run([sys.executable, "-m", "pipelink.cli", *command.args],
+                          cwd=tree.root, env=env, capture_output=True, text=True, timeout=120)
+    _one_message(proc, command.must)
+    assert _files(tree.root) == before
+    monkeypatch.chdir(tree.root)
+    for key in ("PIPELINK_STAGE", "PIPELINK_COMPONENTS"):
+        monkeypatch.setenv(key, env[key])
+    with pytest.raises(command.error) as info:
+        args = cli.parser().parse_args(list(command.args))
+        args.func(args)
+    assert type(info.value) is command.error
+
+
+def test_cli_ctrl_c_exits_130_without_a_traceback(tree, monkeypatch, capsys):
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "cmd_schema", interrupted)
+    assert cli.main(["schema"]) == 130
+    assert capsys.readouterr().err == "pipelink: interrupted\n"
+
+
+SCONS = [
+    Command("scons_unknown_recipe", ("recipe=nope",), RecipeError,
+            ("no recipe nope in recipes/", "recipes: r")),
+    Command("scons_binary_recipe", ("recipe=r",), RecipeError, (RECIPE, "binary file"),
+            Case("", PipeLinkError, (), recipe=ELF_BYTES)),
+    Command("scons_tab_in_recipe", ("recipe=r",), RecipeError, (f"{RECIPE}:4:1", "spaces"),
+            Case("", PipeLinkError, (), recipe="recipe: r\narch: [sm_90a]\ninstances:\n"
+                                               "\tload: loader\n")),
+    Command("scons_wrong_arrow", ("recipe=r",), RecipeError,
+            (RECIPE, "key 'connect[0]'", "producer.port -> consumer.port"),
+            Case("", PipeLinkError, (), recipe=put("connect.0", "load.tiles => reduce.x"))),
+    Command("scons_arch_not_targeted", ("recipe=r", "arch=sm_100a"), RecipeError,
+            (f"{RECIPE}: arch", "does not target sm_100a")),
+    Command("scons_duplicate_key_in_contract", ("recipe=r",), ContractError,
+            (f"{LOADER}:3:1", "key 'arch' appears twice"),
+            Case("", PipeLinkError, (), loader="component: loader\narch: [sm_90a]\n"
+                                               "arch: [sm_100a]\n")),
+]
+
+
+@pytest.mark.parametrize("command", SCONS, ids=lambda c: c.id)
+def test_scons_refuses_bad_input_in_one_message(tree, command):
+    env = _command_tree(tree, command)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copy(ROOT / "SConstruct", tree.root)
+    shutil.copytree(ROOT / "site_scons", tree.root / "site_scons", ignore=ignore)
+    shutil.copytree(ROOT / "pipelink", tree.root / "pipelink", ignore=ignore)
+    before = _files(tree.root)
+    env["PIPELINK_CACHE"] = str(tree.root.parent / f"{tree.root.name}-cache")
+    del env["PIPELINK_COMPONENTS"]
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-C", str(tree.root),
+                           *command.args], env=env, capture_output=True, text=True,
+                          timeout=300)
+    _one_message(proc, command.must)
+    after = {k: v for k, v in _files(tree.root).items()
+             if not k.startswith(".sconsign") and "__pycache__" not in k}
+    assert after == {k: v for k, v in before.items() if "__pycache__" not in k}
+
+
+def test_the_corpus_is_long_enough():
+    assert len(CASES) + len(CLI) + len(SCONS) >= 120
+    ids = [c.id for c in CASES] + [c.id for c in CLI] + [c.id for c in SCONS]
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("with_index", [True, False], ids=["index", "object_only"])
+def test_placing_objects_names_the_contract_file_the_user_edits(tree, with_index):
+    """Objects carry their contract; a placing error about one names the contract.yaml it
+    was built from when the index finds it unchanged, else the object and its component."""
+    from pipelink.link import bound_from_objects
+    from pipelink.objfile import unpack
+    tree.toy()
+    recipe_data = toy_recipe()
+    recipe_data["instances"]["load"] = {"component": "loader", "tunables": {"stages": 8},
+                                        "params": {"cols": 256}}
+    recipe_data["instances"]["reduce"] = {"component": "reducer", "params": {"cols": 256}}
+    recipe = load_recipe(tree.recipe(recipe_data))
+    objects = {}
+    for inst, bound in tree.bind(recipe, "sm_90a").items():
+        path = tree.root / "obj" / f"{bound.name}.sm_90a.o"
+        data = pack(bound, "sm_90a", b"ltoir", source_sha256="0" * 64,
+                    toolchain={"nvcc": "13.0", "nvjitlink": "13.0"})
+        objects[inst] = unpack(data, str(path))
+    bound = bound_from_objects(objects, tree.index if with_index else None)
+    with pytest.raises(DemandsDoNotFit) as info:
+        place(check(recipe, "sm_90a", bound).problem)
+    text = str(info.value)
+    if with_index:
+        assert str(tree.root / LOADER) + ": smem.tiles" in text
+        assert "embedded contract" not in text
+    else:
+        assert "obj/loader.sm_90a.o (embedded contract of 'loader'): smem.tiles" in text
