@@ -30,6 +30,11 @@ def clip(text: str, limit: int = MAX_SHOWN) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more)"
 
 
+# What PyYAML's own constructors raise on some tagged values (!!int '', !!timestamp '').
+_CONSTRUCTOR_FAILURES = (ValueError, IndexError, OverflowError, TypeError, AttributeError,
+                         KeyError)
+
+
 class _Refused(yaml.YAMLError):
     def __init__(self, problem: str, mark: yaml.Mark | None, hint: str | None = None) -> None:
         super().__init__(problem)
@@ -84,6 +89,17 @@ class _BoundedLoader(yaml.SafeLoader):
                            "aliases (*name) may repeat a value, not multiply it; "
                            "write the values out")
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except _CONSTRUCTOR_FAILURES as exc:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise _Refused(f"cannot read {clip(repr(node.value), 40)} as {tag}: "
+                           f"{clip(str(exc) or type(exc).__name__, 60)}", node.start_mark,
+                           "check the tagged (!!) and numeric values") from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, yaml.Mark] = {}
         if isinstance(node, yaml.MappingNode):
@@ -123,8 +139,10 @@ def parse_yaml(text: str, where: str, error: type[Exception]) -> Any:
         if "'\\t'" in problem or (mark is not None and _tab_at(text, mark)):
             hint = "YAML indents with spaces: replace the tab with spaces"
         raise error(f"malformed YAML: {clip(problem)}", where=at, hint=hint) from None
-    except (ValueError, OverflowError) as exc:   # e.g. !!int 0x, !!timestamp 2024-13-01
-        raise error(f"malformed YAML: {clip(str(exc))}", where=where) from None
+    except _CONSTRUCTOR_FAILURES as exc:
+        # PyYAML's own constructors fail this way on tagged values: !!int 0x, !!int ''
+        raise error(f"malformed YAML: a value cannot be read ({clip(str(exc) or 'empty')})",
+                    where=where, hint="check the tagged (!!) and numeric values") from None
     finally:
         if loader is not None:
             loader.dispose()
