@@ -899,10 +899,13 @@ def place(problem: Problem, *, workers: int = 1, seed: int = 0) -> Placement:
     if best is None:
         raise explain_infeasible(data, seed)
     placement, canonical = _canonicalise(data, best, seed)
+    status = best.status
+    if status == "OPTIMAL" and placement.smem_bytes > best.smem_bytes:
+        status = "FEASIBLE"   # never label a layout optimal that the optimum beats
     placement = Placement(
         placement.arch, placement.tunables, placement.smem, placement.smem_bytes,
         placement.barriers, placement.roles, placement.warpgroup_regs, placement.launch_regs,
-        placement.tmem, {"status": best.status, "canonical": canonical,
+        placement.tmem, {"status": status, "canonical": canonical,
                          "objective": {"tunables": best.score,
                                        "smem_bytes": placement.smem_bytes}})
     broken = verify(problem, placement)
