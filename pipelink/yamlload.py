@@ -120,7 +120,6 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-
 def parse_yaml(text: str, where: str, error: type[Exception]) -> Any:
     """YAML text to data within the bounds above; ``error`` names ``where`` (file:line:col)."""
     loader = None
