@@ -774,6 +774,12 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
     objective = recipe.data.get("objective", "max_tunables_then_min_smem")
     if isinstance(objective, dict):
         wanted = set(objective.get("maximize", []))
+        known = [t.name for t in tunables]
+        for i, name in enumerate(objective.get("maximize", [])):
+            if name not in known:  # else every weight would silently drop to 0
+                raise CheckError(f"'{name}' is not a tunable of this kernel on {arch}",
+                                 where=recipe.where(f"objective.maximize[{i}]"),
+                                 hint="tunables: " + (", ".join(known) or "none"))
         tunables = [Tunable(t.name, t.values, 1 if t.name in wanted else 0, t.source)
                     for t in tunables]
         objective = "max_tunables_then_min_smem"

@@ -25,13 +25,46 @@ from pathlib import Path
 
 from .errors import PipeLinkError
 
+EXIT_USER = 2          # a user mistake: one message, no traceback
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+class UsageError(PipeLinkError):
+    """A command-line argument names something unusable (a file where a folder goes)."""
+
 
 def _params(pairs: list[str]) -> dict[str, int | str]:
     out: dict[str, int | str] = {}
     for pair in pairs:
-        key, _, value = pair.partition("=")
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise UsageError(f"-p {pair!r}: write name=value", where="command line",
+                             hint="e.g. -p tile_m=128")
         out[key] = int(value) if value.lstrip("-").isdigit() else value
     return out
+
+
+def _folder(path: Path, flag: str) -> Path:
+    """``path`` where a folder goes: refused if it, or a folder above it, is a file."""
+    for at in (path, *path.parents):
+        if at.exists():
+            if not at.is_dir():
+                what = "is" if at == path else f"is inside {at}, which is"
+                raise UsageError(f"{flag} {path} {what} a file, not a folder",
+                                 where="command line",
+                                 hint=f"give {flag} a folder (it is created if missing)")
+            break
+    return path
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def cmd_compile(a: argparse.Namespace) -> int:
@@ -74,11 +107,11 @@ def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])
     from .link import check_objects
     from .recipe import load_recipe
     recipe = load_recipe(a.recipe)
-    build = Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj")
+    build = _folder(Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj"), "--build")
     kernels = []
     for view in recipe.select(a.kernel).values():
         objects = build_objects(view, a.arch, default_index(), build)
-        kernels.append(check_objects(view, a.arch, objects)[0])
+        kernels.append(check_objects(view, a.arch, objects, default_index())[0])
     return recipe, kernels
 
 
@@ -147,7 +180,7 @@ def cmd_link(a: argparse.Namespace) -> int:
     from .link import LinkOptions, link_recipe
     from .recipe import load_recipe
     recipe = load_recipe(a.recipe)
-    out = Path(a.output)
+    out = _folder(Path(a.output), "--output")
     objects = {name: build_objects(view, a.arch, default_index(), out / "obj")
                for name, view in recipe.select(a.kernel).items()}
     results = link_recipe(recipe, objects, out, LinkOptions(a.arch, mode=a.mode,
@@ -191,7 +224,8 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("recipe")
         s.add_argument("--arch", required=True)
         s.add_argument("--build", help="folder for component objects")
-        s.add_argument("--workers", type=int, default=1)
+        s.add_argument("--workers", type=_workers, default=1,
+                       help="solver threads (>= 1); the placement is the same for any")
         s.add_argument("--kernel", action="append", metavar="NAME",
                        help="a kernel of a multi-kernel recipe (repeatable; default: all)")
         if name == "place":
@@ -215,10 +249,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except PipeLinkError as exc:
         print(f"pipelink: {exc.kind}: {exc.render()}", file=sys.stderr)
-        return 2
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("pipelink: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pipelink explain ... | head`: the reader left, not an error
         sys.stderr.close()
         return 0
+    except OSError as exc:   # a path the user gave that the system refuses
+        name = f" {exc.filename}" if exc.filename else ""
+        print(f"pipelink: error: cannot use{name}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USER
 
 
 if __name__ == "__main__":

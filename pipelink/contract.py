@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
-from . import expr
+from . import expr, yamlload
 from .errors import ContractError
-from .schema import CONTRACT_SCHEMA, PARAM_STRING, Validator
+from .schema import C_IDENT, CONNECTION, CONTRACT_SCHEMA, IDENT, PARAM_STRING, Validator
+from .yamlload import clip
 
 WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma"}
 _VALIDATOR = Validator(CONTRACT_SCHEMA)
@@ -43,18 +43,9 @@ def sha256_text(text: str | bytes) -> str:
 
 
 def read_yaml(path: Path, error: type[Exception] = ContractError) -> Any:
-    """YAML from ``path``; a parse error names the file, line and column."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise error(f"cannot read: {exc.strerror}", where=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise error(f"malformed YAML: {problem}", where=at) from None
+    """YAML from ``path``, bounded and strict (see :mod:`pipelink.yamlload`); an error
+    names the file, line and column."""
+    return yamlload.read_yaml(path, error)
 
 
 def _path_order(path: Any) -> tuple:
@@ -64,6 +55,8 @@ def _path_order(path: Any) -> tuple:
 
 def _key_text(key: Any) -> str:
     """A key as a path element: plain names as they are, anything odd in brackets."""
+    if isinstance(key, int):
+        return f"[{key}]"     # a list index, written as the checker writes connect[0]
     text = str(key)
     return text if re.fullmatch(r"[A-Za-z0-9_-]+", text) else f"[{json.dumps(key, default=str)}]"
 
@@ -81,6 +74,18 @@ def _kinds(alternatives: list[Any]) -> list[str]:
         else:
             out.append(str(alt.get("type", "valid")))
     return list(dict.fromkeys(out))
+
+
+# What each schema pattern means, said to a person instead of the regex.
+_PATTERN_WORDS = {
+    IDENT["pattern"]: ("not a name", "names are lowercase letters, digits and _, "
+                       "not starting with a digit"),
+    C_IDENT["pattern"]: ("not a C identifier", "letters, digits and _, not starting with a "
+                         "digit"),
+    PARAM_STRING["pattern"]: ("not a param string", "a dtype, or a word of letters, digits "
+                              "and _ . + -"),
+    CONNECTION["pattern"]: ("not a connection", "write 'producer.port -> consumer.port'"),
+}
 
 
 def schema_error(validator: jsonschema.Validator, data: Any, where: str,
@@ -102,16 +107,28 @@ def schema_error(validator: jsonschema.Validator, data: Any, where: str,
         path.append(extra[0] if extra else "?")
         message = "unknown key"
         hint = "allowed keys here: " + (", ".join(allowed) or "none")
+    elif first.validator in ("oneOf", "anyOf") and any(
+            e.validator == "pattern" for e in first.context or ()):
+        # The value has an accepted type but not the accepted form: say the form.
+        pattern = next(e for e in first.context if e.validator == "pattern").validator_value
+        what, words = _PATTERN_WORDS.get(pattern, ("not valid here", None))
+        message = f"{clip(repr(first.instance))} is {what}"
+        hint = "; ".join(h for h in (hint, words) if h) or None
     elif first.validator in ("oneOf", "anyOf") and isinstance(first.validator_value, list):
-        message = f"{first.instance!r} is neither " + " nor ".join(_kinds(first.validator_value))
+        message = f"{clip(repr(first.instance))} is neither " + " nor ".join(
+            _kinds(first.validator_value))
+    elif first.validator == "pattern":
+        what, words = _PATTERN_WORDS.get(first.validator_value, ("not valid here", None))
+        message = f"{clip(repr(first.instance))} is {what}"
+        hint = "; ".join(h for h in (hint, words) if h) or None
     elif first.validator == "required" and isinstance(first.instance, dict):
         missing = [k for k in first.validator_value if k not in first.instance]
         path.append(str(missing[0]) if missing else "?")
         message = "missing (required)"
         hint = schema.get("properties", {}).get(path[-1], {}).get("description") \
             or "add the key"
-    key = ".".join(path).replace(".[", "[") or "<top>"
-    raise error(f"key '{key}': {message}", where=where, hint=hint)
+    key = clip(".".join(path).replace(".[", "["), 120) or "<top>"
+    raise error(f"key '{key}': {clip(message)}", where=where, hint=hint)
 
 
 @dataclass(frozen=True)
@@ -309,9 +326,20 @@ class BoundContract:
 
 
 def load_contract(path: Path | str) -> Contract:
+    """A contract from its file. A ``contract.yaml`` names the component of its folder: the
+    index finds components by folder, sources include ``pl_<component>.h``."""
     path = Path(path)
     data = read_yaml(path)
-    return contract_from_data(data, str(path))
+    contract = contract_from_data(data, str(path))
+    folder = path.resolve().parent.name
+    if path.name == "contract.yaml" and contract.name != folder:
+        raise ContractError(
+            f"component '{contract.name}' is in folder '{folder}'; the two must match "
+            f"(the index looks for the folder, the source includes pl_{contract.name}.h)",
+            where=contract.where("component"),
+            hint=f"rename the folder to '{contract.name}', or write component: {folder} "
+                 f"and include pl_{folder}.h")
+    return contract
 
 
 def contract_from_data(data: Any, where: str) -> Contract:

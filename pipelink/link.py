@@ -21,8 +21,8 @@ from typing import Any
 from . import glue, header
 from .check import Kernel, check, check_autograd
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
-from .contract import BoundContract, sha256_text
-from .errors import LinkError, ToolchainError
+from .contract import BoundContract, canonical_json, load_contract, sha256_text
+from .errors import LinkError, PipeLinkError, ToolchainError
 from .objfile import ComponentObject, read_object, write_atomic
 from .problem import Placement
 from .recipe import ComponentIndex, Recipe
@@ -104,18 +104,34 @@ def verify_folded(ptx: str, kernel: Kernel) -> None:
                         log="\n".join(calls[:5] + loads[:5]))
 
 
-def bound_from_objects(objects: dict[str, ComponentObject]) -> dict[str, BoundContract]:
-    return {inst: obj.bound() for inst, obj in objects.items()}
+def bound_from_objects(objects: dict[str, ComponentObject],
+                       index: ComponentIndex | None = None) -> dict[str, BoundContract]:
+    """Each object's embedded contract, bound. Messages about it name the contract.yaml the
+    user edits when ``index`` finds one the object was built from, else the object."""
+    return {inst: obj.bound(_contract_file(obj, index)) for inst, obj in objects.items()}
 
 
-def check_objects(recipe: Recipe, arch: str, objects: dict[str, Path]) -> tuple[
+def _contract_file(obj: ComponentObject, index: ComponentIndex | None) -> str | None:
+    if index is None:
+        return None
+    try:
+        path = index.path(obj.component)
+        data = load_contract(path).data
+    except PipeLinkError:
+        return None
+    return str(path) if sha256_text(canonical_json(data)) == obj.header["contract_sha256"] \
+        else None
+
+
+def check_objects(recipe: Recipe, arch: str, objects: dict[str, Path],
+                  index: ComponentIndex | None = None) -> tuple[
         Kernel, dict[str, ComponentObject]]:
     loaded = {inst: read_object(path) for inst, path in objects.items()}
     for inst, obj in loaded.items():
         if obj.arch != arch:
             raise LinkError(f"object for instance '{inst}' was built for {obj.arch}, not {arch}",
                             where=obj.path, hint="rebuild it for the arch being linked")
-    return check(recipe, arch, bound_from_objects(loaded)), loaded
+    return check(recipe, arch, bound_from_objects(loaded, index)), loaded
 
 
 def place_kernel(kernel: Kernel, workers: int = 1) -> Placement:
@@ -236,7 +252,7 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
     tc = toolchain or discover()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    kernel, loaded = check_objects(recipe, opts.arch, objects)
+    kernel, loaded = check_objects(recipe, opts.arch, objects, index)
     timings["check"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     placement = place_kernel(kernel, opts.workers)

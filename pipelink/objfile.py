@@ -46,9 +46,12 @@ class ComponentObject:
     def arch(self) -> str:
         return self.header["arch"]
 
-    def bound(self) -> BoundContract:
-        """The embedded contract, re-validated, with its params bound."""
-        contract = contract_from_data(self.header["contract"], f"{self.path} (embedded contract)")
+    def bound(self, where: str | None = None) -> BoundContract:
+        """The embedded contract, re-validated, with its params bound; messages name
+        ``where`` (the contract.yaml it was built from), else this object."""
+        contract = contract_from_data(
+            self.header["contract"],
+            where or f"{self.path} (embedded contract of '{self.component}')")
         return contract.bind(self.header["params"])
 
 
@@ -83,7 +86,7 @@ def unpack(data: bytes, path: str = "<bytes>") -> ComponentObject:
     end = _PREFIX.size + length
     try:
         header = json.loads(data[_PREFIX.size:end])
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):   # RecursionError: a crafted, deeply nested header
         raise ObjectFormatError("corrupted header", where=path,
                                 hint="rebuild the component") from None
     ltoir = data[end:]

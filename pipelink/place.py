@@ -16,14 +16,13 @@ Every solve uses the one model :func:`build_model` makes, in three steps:
    registers (barriers, warps and registers do not depend on the layout);
 3. *re-check* the extracted placement in plain Python (:func:`verify`).
 
-Determinism: every solve has a fixed seed and a deterministic time limit (counted work,
-never wall time). Each step runs on one thread first, which is reproducible; ``workers``
-threads are tried only when one thread cannot prove its answer, and their answer is used
-only when they prove a strictly better one. So a placement is the same for any ``workers``
-whenever one thread proves the optimum (kernel-sized problems: ``solver.status`` is
-``OPTIMAL``), and on every run and machine for a given ``workers`` and OR-Tools version.
-Canonicalising starts from a solution every run computes alike (the single-threaded
-optimum, else the first-fit layout), so it too is reproducible when its budget runs out.
+Determinism: every solve runs on one thread with a fixed seed and a deterministic time
+limit (counted work, never wall time), so a placement is the same bytes on every run and
+machine, for any ``workers``, for a given OR-Tools version. Parallel workers are not used:
+their race decides which of several equal solutions comes back, so they cannot give
+the single-threaded bytes. Canonicalising starts from a solution every run computes alike
+(the optimum's own solution, else the first-fit layout at the optimum's tunables), so it
+too is reproducible when its budget runs out.
 """
 
 from __future__ import annotations
@@ -648,9 +647,9 @@ class _Optimum:
     solution: tuple[int, ...] = ()     # and all its variables, to start later solves from
 
 
-def _solver(workers: int, seed: int, dtime: float) -> cp_model.CpSolver:
+def _solver(seed: int, dtime: float) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers
+    solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     solver.parameters.max_deterministic_time = dtime
     return solver
@@ -682,33 +681,20 @@ def _peak(smem: dict[str, tuple[int, int]]) -> int:
     return max([0] + [offset + size for offset, size in smem.values()])
 
 
-def _solve(model: cp_model.CpModel, workers: int, seed: int,
-           dtime: float) -> tuple[int, cp_model.CpSolver, bool]:
-    """One thread first: reproducible, and enough to prove kernel-sized optima. Only when it
-    cannot settle the question do more workers get a try, and their answer is taken only
-    if they settle it with a better objective. Returns the status, the solver to read and
-    whether one thread found the solution (then it is the same on every run, so later
-    steps may start from it)."""
-    solver = _solver(1, seed, dtime)
+def _solve(model: cp_model.CpModel, seed: int, dtime: float) -> tuple[int, cp_model.CpSolver]:
+    """One thread, a fixed seed and a deterministic budget: the same answer on every run,
+    machine and worker count. (Parallel CP-SAT workers race, and the winner of the race
+    changes the solution: several workers gave other bytes, labelled a layout OPTIMAL that
+    another run beat, and handed the layout step a start at other tunables.)"""
+    solver = _solver(seed, dtime)
     status = solver.solve(model)
     if status == cp_model.MODEL_INVALID:
         raise PlacementError("the placement model is invalid; this is a bug in the placer",
                              log=model.validate())
-    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or workers == 1:
-        return status, solver, True
-    parallel = _solver(workers, seed, dtime)
-    settled = parallel.solve(model)
-    if settled == cp_model.INFEASIBLE or (
-            settled == cp_model.OPTIMAL and status != cp_model.FEASIBLE):
-        return settled, parallel, False
-    if settled == cp_model.OPTIMAL:
-        if parallel.objective_value == solver.objective_value:   # proven, and found alike
-            return settled, solver, True
-        return settled, parallel, False
-    return status, solver, True
+    return status, solver
 
 
-def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
+def _optimise(data: Data, seed: int) -> _Optimum | None:
     """Step 1, the recipe's objective in two solves: the largest weighted sum of tunables,
     then, with it fixed, the least shared memory and the preferred tunables among equals.
     None when nothing fits. The greedy baseline wins where the search did worse."""
@@ -722,21 +708,21 @@ def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
     model.add_decision_strategy([v.tunable_index[t.name] for t in problem.tunables],
                                 cp_model.CHOOSE_FIRST, cp_model.SELECT_MAX_VALUE)
     model.maximize(v.score)
-    status, solver, mine = _solve(model, workers, seed, OPTIMISE_DTIME)
+    status, solver = _solve(model, seed, OPTIMISE_DTIME)
     if status == cp_model.INFEASIBLE:
         return None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        best = _optimum(data, solver, v, "FEASIBLE", mine)
+        best = _optimum(data, solver, v, "FEASIBLE")
         model.clear_objective()
         if problem.tunables:
             model.add(v.score == best.score)
         if best.solution:
             _hint_all(model, best.solution)
         model.minimize(v.smem_bytes * tie_span - v.tie)
-        second, solver, mine = _solve(model, workers, seed, SMEM_DTIME)
+        second, solver = _solve(model, seed, SMEM_DTIME)
         if second in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             both = "OPTIMAL" if second == status == cp_model.OPTIMAL else "FEASIBLE"
-            best = _optimum(data, solver, v, both, mine)
+            best = _optimum(data, solver, v, both)
     baseline = first_fit(problem, data=data)
     if baseline is not None:
         tie = sum(weights[t] * data.domains[t].index(x) for t, x in baseline.tunables.items())
@@ -746,8 +732,6 @@ def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
         if best is None or (greedy.score, -greedy.smem_bytes, greedy.tie) > (
                 best.score, -best.smem_bytes, best.tie):
             best = greedy
-        elif best.found is None:   # an answer only several workers found: lay out from here
-            best = replace(best, found=baseline)
     if best is None:
         raise PlacementError(f"no placement found within the solver budget ({OPTIMISE_DTIME} "
                              "deterministic s) and the greedy one does not fit",
@@ -755,13 +739,11 @@ def _optimise(data: Data, workers: int, seed: int) -> _Optimum | None:
     return best
 
 
-def _optimum(data: Data, solver: cp_model.CpSolver, v: Vars, status: str,
-             mine: bool) -> _Optimum:
+def _optimum(data: Data, solver: cp_model.CpSolver, v: Vars, status: str) -> _Optimum:
     return _Optimum(status, int(solver.value(v.score)), int(solver.value(v.smem_bytes)),
                     int(solver.value(v.tie)),
                     {t: int(solver.value(x)) for t, x in v.tunable.items()},
-                    _extract(data, solver, v) if mine else None,
-                    tuple(solver.response_proto.solution) if mine else ())
+                    _extract(data, solver, v), tuple(solver.response_proto.solution))
 
 
 def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str]:
@@ -776,7 +758,9 @@ def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str
     greedy = first_fit_smem(problem, best.tunables, data=data)
     bound = min(best.smem_bytes, _peak(greedy))
     start = best.found
-    if start is not None and start.tunables == best.tunables and start.smem_bytes <= bound:
+    if start is not None and start.tunables != best.tunables:
+        start = None   # never lay out, or fall back to, a solution at other tunables
+    if start is not None and start.smem_bytes <= bound:
         fallback = start.smem
     else:
         fallback = greedy
@@ -794,7 +778,7 @@ def _canonicalise(data: Data, best: _Optimum, seed: int) -> tuple[Placement, str
     sizes = {g.name: g.size.at(best.tunables) for g in groups}
     model.minimize(sum((len(groups) - i) * max(1, -(-sizes[g.name] // 8)) * v.offset(g)
                        for i, g in enumerate(groups)))
-    solver = _solver(1, seed, CANONICAL_DTIME)
+    solver = _solver(seed, CANONICAL_DTIME)
     status = solver.solve(model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         layout = _extract(data, solver, v)
@@ -904,18 +888,24 @@ def pack_tmem(problem: Problem, columns: dict[str, int]) -> dict[str, tuple[int,
 
 
 def place(problem: Problem, *, workers: int = 1, seed: int = 0) -> Placement:
-    """Places one kernel. ``workers`` threads search for the optimum; the result is the same
-    for any ``workers`` and ``seed`` whenever that optimum is proven (the solver status
-    in ``Placement.solver`` says so)."""
+    """Places one kernel. Every solve is single-threaded, so the placement is the same bytes
+    for any ``workers`` (kept for callers; it must be >= 1) and on every run; it is the
+    same for any ``seed`` whenever the optimum is proven (``Placement.solver`` says so)."""
+    if workers < 1:
+        raise PlacementError(f"workers is {workers}; at least one solver thread is needed",
+                             hint="pass workers >= 1")
     data = prepare(problem)
-    best = _optimise(data, max(1, workers), seed)
+    best = _optimise(data, seed)
     if best is None:
         raise explain_infeasible(data, seed)
     placement, canonical = _canonicalise(data, best, seed)
+    status = best.status
+    if status == "OPTIMAL" and placement.smem_bytes > best.smem_bytes:
+        status = "FEASIBLE"   # never label a layout optimal that the optimum beats
     placement = Placement(
         placement.arch, placement.tunables, placement.smem, placement.smem_bytes,
         placement.barriers, placement.roles, placement.warpgroup_regs, placement.launch_regs,
-        placement.tmem, {"status": best.status, "canonical": canonical,
+        placement.tmem, {"status": status, "canonical": canonical,
                          "objective": {"tunables": best.score,
                                        "smem_bytes": placement.smem_bytes}})
     broken = verify(problem, placement)
@@ -1079,7 +1069,7 @@ def explain_infeasible(data: Data, seed: int = 0) -> DemandsDoNotFit:
     def infeasible(subset: list[str]) -> list[str] | None:
         model.clear_assumptions()
         model.add_assumptions([v.present[k] for k in subset])
-        solver = _solver(1, seed, EXPLAIN_DTIME)
+        solver = _solver(seed, EXPLAIN_DTIME)
         status = solver.solve(model)
         spent[0] += solver.response_proto.deterministic_time
         if status != cp_model.INFEASIBLE:

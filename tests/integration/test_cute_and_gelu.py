@@ -143,13 +143,9 @@ def linked(built: dict) -> dict:
 
     def one(run: tuple[str, str]) -> tuple[tuple[str, str], object]:
         recipe, mode = run
-        try:
-            result = link_kernel(built["recipes"][recipe], built["objects"][recipe],
-                                 built["out"] / mode / recipe, LinkOptions("sm_90a", mode=mode),
-                                 index=built["index"])
-        except ImportError as exc:   # a checkout without the placer or the report yet
-            return run, exc
-        return run, result
+        return run, link_kernel(built["recipes"][recipe], built["objects"][recipe],
+                                built["out"] / mode / recipe, LinkOptions("sm_90a", mode=mode),
+                                index=built["index"])
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = dict(pool.map(one, runs))
@@ -157,10 +153,7 @@ def linked(built: dict) -> dict:
 
 
 def _result(linked: dict, recipe: str, mode: str):  # noqa: ANN202  (a LinkResult)
-    result = linked[(recipe, mode)]
-    if isinstance(result, ImportError):
-        pytest.skip(f"the link step is incomplete here: {result}")
-    return result
+    return linked[(recipe, mode)]
 
 
 def _resources(cubin: Path) -> dict[str, int]:

@@ -9,6 +9,7 @@ check. Object rows corrupt a packed object and read it back. No compiler is need
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from pipelink import cli
 from pipelink.check import check
+from pipelink.cli import UsageError
 from pipelink.contract import contract_from_data
 from pipelink.errors import (
     CheckError,
@@ -29,6 +32,7 @@ from pipelink.errors import (
     RecipeError,
 )
 from pipelink.objfile import pack, read_object
+from pipelink.place import DemandsDoNotFit, place
 from pipelink.recipe import load_recipe
 
 from ..conftest import Tree, consumer, epilogue, producer, toy_recipe
@@ -39,6 +43,7 @@ LOADER = "components/loader/contract.yaml"
 REDUCER = "components/reducer/contract.yaml"
 STORE = "components/store/contract.yaml"
 RECIPE = "recipes/r.yaml"
+MAX_MESSAGE = 1500   # characters: a message names the place, it never echoes the input
 
 
 # -- mutations of a contract or recipe dict ----------------------------------------------
@@ -122,6 +127,18 @@ def edit_header(data: bytes, old: bytes, new: bytes) -> bytes:
     return data[:8] + len(header).to_bytes(4, "little") + header + data[end:]
 
 
+ELF_BYTES = b"\x7fELF\x02\x01\x01\x00" + bytes(56) + b"\x01\x02\x03"
+# Ten levels of ten aliases each: 10**10 values once expanded, a few hundred bytes written.
+LAUGHS = ("{at}: {{l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol], "
+          + ", ".join(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]"
+                      for i in range(1, 10)) + "}}\n")
+
+
+def packed_header(header: bytes) -> bytes:
+    """An object whose header is ``header`` as is (length right, LTO-IR empty)."""
+    return packed_loader()[:8] + len(header).to_bytes(4, "little") + header
+
+
 # -- the table --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -136,6 +153,8 @@ class Case:
     arch: str = "sm_90a"
     obj: Callable[[Path], bytes] | None = None      # bytes of a .o to read instead
     bound_check: bool = field(default=False)        # check an object's embedded contract
+    place: bool = False                             # also place the checked kernel
+    never: tuple[str, ...] = ()                     # substrings the message must not hold
 
 
 CASES = [
@@ -159,7 +178,7 @@ CASES = [
     Case("contract_arch_not_a_list", ContractError,
          (LOADER, "key 'arch'", "is not of type 'array'"), loader=put("arch", "sm_90a")),
     Case("contract_unknown_arch", ContractError,
-         (LOADER, "key 'arch.0'", "'sm_89' is not one of"), loader=put("arch", ["sm_89"])),
+         (LOADER, "key 'arch[0]'", "'sm_89' is not one of"), loader=put("arch", ["sm_89"])),
     Case("contract_port_dir_wrong_value", ContractError,
          (REDUCER, "key 'ports.x.dir'", "'inout' is not one of"),
          reducer=put("ports.x.dir", "inout")),
@@ -234,7 +253,7 @@ CASES = [
     Case("recipe_unknown_key", RecipeError,
          (RECIPE, "key 'phasez': unknown key", "phases"), recipe=put("phasez", ["main"])),
     Case("recipe_bad_connection_syntax", RecipeError,
-         (RECIPE, "key 'connect.0'", "load.tiles => reduce.x"),
+         (RECIPE, "key 'connect[0]'", "load.tiles => reduce.x"),
          recipe=put("connect.0", "load.tiles => reduce.x")),
     Case("recipe_connection_unknown_instance", RecipeError,
          (f"{RECIPE}: connect[0]", "instance 'lod'"),
@@ -365,9 +384,174 @@ CASES = [
          ("foreign.sm_90a.o", "object format 2, this PipeLink reads 1"),
          obj=lambda tmp: packed_loader()[:6] + b"\x02\x00" + packed_loader()[8:]),
     Case("object_embedded_contract_invalid", ContractError,
-         ("foreign.sm_90a.o (embedded contract)", "key 'roles.producer.warps'"),
+         ("foreign.sm_90a.o (embedded contract of 'loader')", "key 'roles.producer.warps'"),
          obj=lambda tmp: packed_loader(put("roles.producer.warps", [1])(producer())),
          bound_check=True),
+    # Raw bytes and YAML the bounded reader refuses (contract files).
+    Case("contract_binary_file", ContractError, (LOADER, "binary file, not YAML text"),
+         loader=ELF_BYTES),
+    Case("contract_latin1_text", ContractError, (LOADER, "not UTF-8 text (byte 0xe9"),
+         loader="component: loader # café\n".encode("latin-1")),
+    Case("contract_nested_100k_deep", ContractError,
+         (f"{LOADER}:2:", "nested more than 64 levels deep"),
+         loader="component: loader\nx: " + "[" * 100_000 + "]" * 100_000 + "\n"),
+    Case("contract_nested_400_deep_short_message", ContractError,
+         (f"{LOADER}:2:", "nested more than 64 levels deep"), never=("[[[[",),
+         loader="component: loader\nx: " + "[" * 400 + "]" * 400 + "\n"),
+    Case("contract_billion_laughs_in_params", ContractError,
+         (LOADER, "expands to more than 200000 values", "aliases"),
+         loader=LAUGHS.format(at="params:\n  rows")),
+    Case("contract_recursive_alias", ContractError,
+         (f"{LOADER}:2:", "alias *a refers to a value that contains it"),
+         loader="component: loader\nx: &a [1, *a]\n"),
+    Case("contract_duplicate_top_key", ContractError,
+         (f"{LOADER}:3:1", "key 'arch' appears twice", "first at line 2"),
+         loader="component: loader\narch: [sm_90a]\narch: [sm_100a]\n"),
+    Case("contract_duplicate_nested_key", ContractError,
+         (f"{LOADER}:", "key 'warps' appears twice"),
+         loader="component: loader\narch: [sm_90a]\n"
+                "roles: {producer: {warps: 1, warps: 2}}\n"),
+    Case("contract_tab_indent", ContractError,
+         (f"{LOADER}:3:1", "malformed YAML", "spaces"),
+         loader="component: loader\narch: [sm_90a]\n\troles: {}\n"),
+    Case("contract_over_one_mib", ContractError, (LOADER, "larger than 1048576 bytes"),
+         loader="component: loader\n" + "#" * (1 << 20) + "\n"),
+    Case("contract_empty_file", ContractError, (LOADER, "a contract is a mapping"),
+         loader=""),
+    Case("contract_only_a_comment", ContractError, (LOADER, "a contract is a mapping"),
+         loader="# written later\n"),
+    Case("contract_two_documents", ContractError,
+         (f"{LOADER}:2:", "malformed YAML", "single document"),
+         loader="component: loader\n---\ncomponent: reducer\n"),
+    Case("contract_python_tag", ContractError,
+         (f"{LOADER}:1:", "malformed YAML", "python/object"),
+         loader="component: !!python/object/apply:os.getcwd []\n"),
+    Case("contract_bad_int_tag", ContractError, (LOADER, "malformed YAML"),
+         loader="component: loader\narch: [sm_90a]\nparams: {rows: !!int 0x}\n"),
+    Case("contract_empty_int_tag", ContractError,
+         (f"{LOADER}:3:", "cannot read '' as !!int"),
+         loader="component: loader\narch: [sm_90a]\nparams: {rows: !!int }\n"),
+    Case("contract_empty_timestamp_tag", ContractError,
+         (f"{LOADER}:1:", "cannot read '' as !!timestamp"), loader="component: !!timestamp\n"),
+    Case("contract_huge_integer", ContractError, (LOADER, "malformed YAML"),
+         loader="component: loader\narch: [sm_90a]\nparams: {rows: 1" + "0" * 5000 + "}\n"),
+    Case("contract_unhashable_key", ContractError,
+         (f"{LOADER}:1:", "unhashable key"), loader="? [component]\n: loader\n"),
+    Case("contract_control_character", ContractError,
+         (LOADER, "malformed YAML", "special characters"), loader="component: loa\x07der\n"),
+    Case("contract_unclosed_quote", ContractError, (LOADER, "malformed YAML"),
+         loader='component: "loader\narch: [sm_90a]\n'),
+    Case("contract_date_is_not_a_name", ContractError,
+         (LOADER, "key 'component'", "'2024-13-01' is not a name"),
+         loader=put("component", "2024-13-01")),
+    Case("contract_entry_not_a_c_identifier", ContractError,
+         (LOADER, "key 'roles.producer.entry'", "not a C identifier"), never=("^[",),
+         loader=put("roles.producer.entry", "pl-load")),
+    Case("contract_param_string_with_space", ContractError,
+         (LOADER, "key 'params.dtype'", "not a param string"), never=("^[",),
+         loader=put("params.dtype", "bf 16")),
+    Case("contract_name_differs_from_folder", ContractError,
+         (f"{LOADER}: component", "component 'row_loader' is in folder 'loader'",
+          "rename the folder to 'row_loader'", "include pl_loader.h"),
+         loader=put("component", "row_loader")),
+    Case("contract_huge_list_short_message", ContractError, (LOADER, "key 'arch'", "more)"),
+         loader=put("arch", ["sm_90a"] * 5000)),
+    # Raw bytes and YAML the bounded reader refuses (recipe files).
+    Case("recipe_binary_file", RecipeError, (RECIPE, "binary file, not YAML text"),
+         recipe=ELF_BYTES),
+    Case("recipe_utf16_file", RecipeError, (RECIPE, "binary file"),
+         recipe="recipe: toy\n".encode("utf-16")),
+    Case("recipe_cp1252_text", RecipeError, (RECIPE, "not UTF-8 text (byte 0x93"),
+         recipe=b"recipe: toy\ndescription: \x93smart quotes\x94\n"),
+    Case("recipe_nested_100k_deep", RecipeError,
+         (f"{RECIPE}:2:", "nested more than 64 levels deep"),
+         recipe="recipe: toy\nx: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n"),
+    Case("recipe_billion_laughs_in_instance_params", RecipeError,
+         (RECIPE, "expands to more than 200000 values"),
+         recipe=LAUGHS.format(at="instances:\n  load:\n    component: loader\n    params")),
+    Case("recipe_recursive_alias", RecipeError, (f"{RECIPE}:", "refers to a value that"),
+         recipe="recipe: toy\ninstances: &i {load: *i}\n"),
+    Case("recipe_duplicate_instance", RecipeError,
+         (f"{RECIPE}:5:", "key 'load' appears twice", "silently keep the last"),
+         recipe="recipe: toy\narch: [sm_90a]\ninstances:\n  load: loader\n  load: reducer\n"),
+    Case("recipe_tab_indent", RecipeError,
+         (f"{RECIPE}:4:1", "spaces"),
+         recipe="recipe: toy\narch: [sm_90a]\ninstances:\n\tload: loader\n"),
+    Case("recipe_over_one_mib", RecipeError, (RECIPE, "larger than 1048576 bytes"),
+         recipe="recipe: toy\ndescription: '" + "x" * (1 << 20) + "'\n"),
+    Case("recipe_empty_file", RecipeError, (RECIPE, "a recipe is a mapping"), recipe=""),
+    Case("recipe_a_list", RecipeError, (RECIPE, "a recipe is a mapping"),
+         recipe="- load\n- reduce\n"),
+    Case("recipe_two_documents", RecipeError, (f"{RECIPE}:", "single document"),
+         recipe="recipe: toy\n---\nrecipe: other\n"),
+    Case("recipe_wrong_arrow", RecipeError,
+         (f"{RECIPE}: ", "key 'connect[0]'", "'load.tiles => reduce.x' is not a connection",
+          "write 'producer.port -> consumer.port'"), never=("[a-z_]", "does not match"),
+         recipe=put("connect.0", "load.tiles => reduce.x")),
+    Case("recipe_reversed_arrow", RecipeError,
+         ("key 'connect[1]'", "not a connection", "producer.port -> consumer.port"),
+         recipe=put("connect.1", "store.acc <- reduce.acc")),
+    Case("recipe_connection_without_port", RecipeError,
+         ("key 'connect[0]'", "not a connection"), recipe=put("connect.0", "load -> reduce.x")),
+    Case("recipe_name_not_a_name", RecipeError,
+         (RECIPE, "key 'recipe'", "'Toy Kernel' is not a name", "lowercase"),
+         never=("^[",), recipe=put("recipe", "Toy Kernel")),
+    Case("recipe_objective_unknown_tunable", CheckError,
+         (f"{RECIPE}: objective.maximize[0]", "'load_x.stagez' is not a tunable",
+          "tunables: load.stages, reduce.stages"),
+         recipe=put("objective", {"maximize": ["load_x.stagez"]})),
+    Case("recipe_objective_second_name_unknown", CheckError,
+         (f"{RECIPE}: objective.maximize[1]", "'reduce.stagez'"),
+         recipe=put("objective", {"maximize": ["load.stages", "reduce.stagez"]})),
+    # Objects: foreign, truncated, corrupted.
+    Case("object_counting_bytes", ObjectFormatError, ("foreign.sm_90a.o", "bad magic"),
+         obj=lambda tmp: bytes(range(256)) * 4),
+    Case("object_yaml_text", ObjectFormatError, ("foreign.sm_90a.o", "bad magic"),
+         obj=lambda tmp: b"component: loader\narch: [sm_90a]\n"),
+    Case("object_magic_only", ObjectFormatError, ("foreign.sm_90a.o", "bad magic"),
+         obj=lambda tmp: packed_loader()[:8]),
+    Case("object_truncated_after_prefix", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted header"), obj=lambda tmp: packed_loader()[:12]),
+    Case("object_header_length_too_long", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted"),
+         obj=lambda tmp: packed_loader()[:8] + (1 << 30).to_bytes(4, "little")
+         + packed_loader()[12:]),
+    Case("object_header_not_utf8", ObjectFormatError, ("foreign.sm_90a.o", "corrupted header"),
+         obj=lambda tmp: packed_loader()[:13] + b"\xff" + packed_loader()[14:]),
+    Case("object_header_deeply_nested", ObjectFormatError,
+         ("foreign.sm_90a.o", "corrupted header"),
+         obj=lambda tmp: packed_header(b"[" * 200_000 + b"]" * 200_000)),
+    Case("object_header_a_list", ObjectFormatError, ("foreign.sm_90a.o", "corrupted"),
+         obj=lambda tmp: packed_header(b"[1, 2, 3]")),
+    Case("object_header_missing_symbols", ObjectFormatError,
+         ("foreign.sm_90a.o", "field 'symbols' is missing"),
+         obj=lambda tmp: edit_header(packed_loader(), b'"symbols"', b'"symbolz"')),
+    Case("object_header_wrong_component", ObjectFormatError,
+         ("foreign.sm_90a.o", "component 'reader' but the embedded contract is of 'loader'"),
+         obj=lambda tmp: edit_header(packed_loader(), b'"component":"loader","contract"',
+                                     b'"component":"reader","contract"')),
+    Case("object_ltoir_appended", ObjectFormatError,
+         ("foreign.sm_90a.o", "LTO-IR does not match its recorded hash"),
+         obj=lambda tmp: packed_loader() + b"\x00"),
+    Case("object_is_a_folder", ObjectFormatError, ("cannot read",),
+         obj=lambda tmp: None),
+    # Placing: errors name the contract.yaml the user edits.
+    Case("place_smem_does_not_fit", DemandsDoNotFit,
+         (f"{LOADER}: smem.tiles", "load.tiles alone needs 2 x 128 KiB", "227 KiB"),
+         recipe=chain(put("instances.load", {"component": "loader", "params": {"cols": 256,
+                                                                               "rows": 256}}),
+                      put("instances.reduce", {"component": "reducer",
+                                               "params": {"cols": 256, "rows": 256}}),
+                      put("instances.store", {"component": "store", "params": {"rows": 256}})),
+         place=True),
+    Case("place_pinned_stages_do_not_fit", DemandsDoNotFit,
+         (f"{LOADER}: smem.tiles", "load.tiles alone needs 4 x 64 KiB",
+          "fewer load.stages"),
+         recipe=chain(put("instances.load", {"component": "loader", "params": {"cols": 256},
+                                             "tunables": {"stages": 4}}),
+                      put("instances.reduce", {"component": "reducer",
+                                               "params": {"cols": 256}})),
+         place=True),
 ]
 
 
@@ -375,25 +559,44 @@ def _write_tree(tree: Tree, case: Case) -> Path:
     for name, base, mutation in (("loader", producer, case.loader),
                                  ("reducer", consumer, case.reducer),
                                  ("store", epilogue, case.store)):
-        if isinstance(mutation, str):
+        if isinstance(mutation, bytes):
+            tree.component(name, "").write_bytes(mutation)
+        elif isinstance(mutation, str):
             tree.component(name, mutation)
         else:
             tree.component(name, mutation(base()) if mutation else base())
     recipe = case.recipe
+    if isinstance(recipe, bytes):
+        path = tree.recipe("")
+        path.write_bytes(recipe)
+        return path
     return tree.recipe(recipe if isinstance(recipe, str)
                        else recipe(toy_recipe()) if recipe else toy_recipe())
 
 
-def _run(tree: Tree, case: Case) -> None:
+def _prepare(tree: Tree, case: Case) -> Callable[[], object]:
+    """Writes the case's inputs; returns what the linker would run on them."""
     if case.obj is not None:
         path = tree.root / "obj" / "foreign.sm_90a.o"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(case.obj(tree.root))
-        obj = read_object(path)
-        if case.bound_check:
-            obj.bound()
-        return
-    tree.check(_write_tree(tree, case), case.arch)
+        data = case.obj(tree.root)
+        if data is None:
+            path.mkdir()
+        else:
+            path.write_bytes(data)
+        return lambda: read_object(path).bound() if case.bound_check else read_object(path)
+    recipe = _write_tree(tree, case)
+    if case.place:
+        return lambda: place(tree.check(recipe, case.arch).problem)
+    return lambda: tree.check(recipe, case.arch)
+
+
+def _run(tree: Tree, case: Case) -> None:
+    _prepare(tree, case)()
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
 
 
 def test_the_table_is_long_enough():
@@ -409,12 +612,18 @@ def test_the_unbroken_tree_checks(tree):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_bad_input_is_refused_naming_what_to_fix(tree, case):
+    run = _prepare(tree, case)
+    before = _files(tree.root)
     with pytest.raises(PipeLinkError) as info:
-        _run(tree, case)
+        run()
     assert type(info.value) is case.error, str(info.value)
     text = str(info.value)
     for part in case.must:
         assert part in text, f"{part!r} missing from:\n{text}"
+    for part in case.never:
+        assert part not in text, f"{part!r} in:\n{text}"
+    assert len(text) < MAX_MESSAGE, f"{len(text)} characters:\n{text[:MAX_MESSAGE]}"
+    assert _files(tree.root) == before   # nothing written, nothing half-written
 
 
 def test_every_problem_of_a_recipe_is_reported_at_once(tree):
@@ -458,3 +667,203 @@ def test_check_refuses_objects_the_recipe_does_not_name(tree):
     del bound["extra"], bound["store"]
     with pytest.raises(CheckError, match="no contract for instance 'store'"):
         check(recipe, "sm_90a", bound)
+
+
+# -- the command line and scons -----------------------------------------------------------
+# Rows run the real entry points in a subprocess (exit 2, one message, no traceback) and,
+# for the CLI, the same command in-process for the error class. None of them reaches nvcc.
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Command:
+    id: str
+    args: tuple[str, ...]
+    error: type[BaseException]      # SystemExit: refused by argparse before any command runs
+    must: tuple[str, ...]
+    case: Case = Case("inputs", PipeLinkError, ())   # the tree's contracts and recipe
+    files: tuple[tuple[str, bytes], ...] = ()        # extra files, relative to the tree
+
+
+R = ("--arch", "sm_90a")
+COMPILE = ("compile", LOADER, "--arch", "sm_90a", "-o", "out/loader.o")
+CLI = [
+    Command("cli_check_binary_recipe", ("check", RECIPE, *R), RecipeError,
+            (RECIPE, "binary file"), Case("", PipeLinkError, (), recipe=ELF_BYTES)),
+    Command("cli_check_missing_recipe", ("check", "recipes/nope.yaml", *R), RecipeError,
+            ("recipes/nope.yaml", "cannot read: No such file")),
+    Command("cli_check_recipe_is_a_folder", ("check", "recipes", *R), RecipeError,
+            ("recipes: cannot read: Is a directory",)),
+    Command("cli_check_deep_recipe", ("check", RECIPE, *R), RecipeError,
+            (RECIPE, "nested more than 64"),
+            Case("", PipeLinkError, (), recipe="x: " + "[" * 100_000 + "\n")),
+    Command("cli_check_dup_key_recipe", ("check", RECIPE, *R), RecipeError,
+            (f"{RECIPE}:3:1", "key 'arch' appears twice"),
+            Case("", PipeLinkError, (), recipe="recipe: r\narch: [sm_90a]\narch: [sm_100a]\n")),
+    Command("cli_check_wrong_arrow", ("check", RECIPE, *R), RecipeError,
+            ("key 'connect[0]'", "write 'producer.port -> consumer.port'"),
+            Case("", PipeLinkError, (), recipe=put("connect.0", "load.tiles => reduce.x"))),
+    Command("cli_check_arch_not_targeted", ("check", RECIPE, "--arch", "sm_100a"),
+            RecipeError, (f"{RECIPE}: arch", "does not target sm_100a")),
+    Command("cli_check_unknown_component", ("check", RECIPE, *R), RecipeError,
+            (f"{RECIPE}: instances.load", "unknown component 'nope'"),
+            Case("", PipeLinkError, (), recipe=put("instances.load", "nope"))),
+    Command("cli_check_contract_tab", ("check", RECIPE, *R), ContractError,
+            (f"{LOADER}:3:1", "spaces"),
+            Case("", PipeLinkError, (), loader="component: loader\narch: [sm_90a]\n\tx: 1\n")),
+    Command("cli_check_build_is_a_file", ("check", RECIPE, *R, "--build", "afile"),
+            UsageError, ("--build afile is a file, not a folder",), files=(("afile", b"x"),)),
+    Command("cli_check_build_inside_a_file", ("check", RECIPE, *R, "--build", "afile/obj"),
+            UsageError, ("--build afile/obj is inside afile, which is a file",),
+            files=(("afile", b"x"),)),
+    Command("cli_link_output_is_a_file", ("link", RECIPE, *R, "-o", "afile"), UsageError,
+            ("--output afile is a file, not a folder",), files=(("afile", b"x"),)),
+    Command("cli_place_workers_negative", ("place", RECIPE, *R, "--workers", "-3"),
+            SystemExit, ("argument --workers", "whole number >= 1, got '-3'")),
+    Command("cli_place_workers_zero", ("place", RECIPE, *R, "--workers", "0"), SystemExit,
+            ("argument --workers", ">= 1")),
+    Command("cli_explain_workers_word", ("explain", RECIPE, *R, "--workers", "two"),
+            SystemExit, ("argument --workers", "got 'two'")),
+    Command("cli_inspect_yaml_as_object", ("inspect", RECIPE), ObjectFormatError,
+            (RECIPE, "not a PipeLink object (bad magic)")),
+    Command("cli_inspect_missing_object", ("inspect", "obj/none.o"), ObjectFormatError,
+            ("obj/none.o", "cannot read: No such file")),
+    Command("cli_inspect_folder", ("inspect", "recipes"), ObjectFormatError,
+            ("recipes", "cannot read: Is a directory")),
+    Command("cli_inspect_truncated_object", ("inspect", "obj/x.o"), ObjectFormatError,
+            ("obj/x.o", "corrupted header"), files=(("obj/x.o", b"PLOBJ\x00\x01\x00\xff\xff"
+                                                    b"\x00\x00{\"format\""),)),
+    Command("cli_compile_param_without_value", (*COMPILE, "-p", "rows"), UsageError,
+            ("-p 'rows': write name=value",)),
+    Command("cli_compile_unknown_param", (*COMPILE, "-p", "rowz=64"), ContractError,
+            (LOADER, "component 'loader' has no param 'rowz'", "cols, dtype, rows")),
+    Command("cli_compile_unsupported_arch", ("compile", LOADER, "--arch", "sm_120a", "-o",
+                                             "out/x.o"), ContractError,
+            (f"{LOADER}: arch", "does not support sm_120a")),
+    Command("cli_compile_contract_binary", COMPILE, ContractError, (LOADER, "binary file"),
+            Case("", PipeLinkError, (), loader=ELF_BYTES)),
+    Command("cli_compile_contract_laughs", COMPILE, ContractError,
+            (LOADER, "expands to more than"),
+            Case("", PipeLinkError, (), loader=LAUGHS.format(at="params"))),
+    Command("cli_compile_name_differs_from_folder", COMPILE, ContractError,
+            (f"{LOADER}: component", "rename the folder to 'row_loader'"),
+            Case("", PipeLinkError, (), loader=put("component", "row_loader"))),
+]
+
+
+def _command_tree(tree: Tree, command: Command) -> dict[str, str]:
+    _write_tree(tree, command.case)
+    for rel, data in command.files:
+        (tree.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree.root / rel).write_bytes(data)
+    stage = tree.root.parent / f"{tree.root.name}-stage"
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PIPELINK_STAGE": str(stage),
+            "PIPELINK_COMPONENTS": str(tree.root / "components")}
+
+
+def _one_message(proc: subprocess.CompletedProcess, must: tuple[str, ...]) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    for part in must:
+        assert part in proc.stderr, f"{part!r} missing from:\n{proc.stderr}"
+    assert len(proc.stderr) < MAX_MESSAGE + 400, proc.stderr[:MAX_MESSAGE]
+
+
+@pytest.mark.parametrize("command", CLI, ids=lambda c: c.id)
+def test_cli_refuses_bad_input_in_one_message(tree, monkeypatch, command):
+    env = _command_tree(tree, command)
+    before = _files(tree.root)
+    proc = subprocess.run([sys.executable, "-m", "pipelink.cli", *command.args],
+                          cwd=tree.root, env=env, capture_output=True, text=True, timeout=120)
+    _one_message(proc, command.must)
+    assert _files(tree.root) == before
+    monkeypatch.chdir(tree.root)
+    for key in ("PIPELINK_STAGE", "PIPELINK_COMPONENTS"):
+        monkeypatch.setenv(key, env[key])
+    with pytest.raises(command.error) as info:
+        args = cli.parser().parse_args(list(command.args))
+        args.func(args)
+    assert type(info.value) is command.error
+
+
+def test_cli_ctrl_c_exits_130_without_a_traceback(tree, monkeypatch, capsys):
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "cmd_schema", interrupted)
+    assert cli.main(["schema"]) == 130
+    assert capsys.readouterr().err == "pipelink: interrupted\n"
+
+
+SCONS = [
+    Command("scons_unknown_recipe", ("recipe=nope",), RecipeError,
+            ("no recipe nope in recipes/", "recipes: r")),
+    Command("scons_binary_recipe", ("recipe=r",), RecipeError, (RECIPE, "binary file"),
+            Case("", PipeLinkError, (), recipe=ELF_BYTES)),
+    Command("scons_tab_in_recipe", ("recipe=r",), RecipeError, (f"{RECIPE}:4:1", "spaces"),
+            Case("", PipeLinkError, (), recipe="recipe: r\narch: [sm_90a]\ninstances:\n"
+                                               "\tload: loader\n")),
+    Command("scons_wrong_arrow", ("recipe=r",), RecipeError,
+            (RECIPE, "key 'connect[0]'", "producer.port -> consumer.port"),
+            Case("", PipeLinkError, (), recipe=put("connect.0", "load.tiles => reduce.x"))),
+    Command("scons_arch_not_targeted", ("recipe=r", "arch=sm_100a"), RecipeError,
+            (f"{RECIPE}: arch", "does not target sm_100a")),
+    Command("scons_duplicate_key_in_contract", ("recipe=r",), ContractError,
+            (f"{LOADER}:3:1", "key 'arch' appears twice"),
+            Case("", PipeLinkError, (), loader="component: loader\narch: [sm_90a]\n"
+                                               "arch: [sm_100a]\n")),
+]
+
+
+@pytest.mark.parametrize("command", SCONS, ids=lambda c: c.id)
+def test_scons_refuses_bad_input_in_one_message(tree, command):
+    env = _command_tree(tree, command)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copy(ROOT / "SConstruct", tree.root)
+    shutil.copytree(ROOT / "site_scons", tree.root / "site_scons", ignore=ignore)
+    shutil.copytree(ROOT / "pipelink", tree.root / "pipelink", ignore=ignore)
+    before = _files(tree.root)
+    env["PIPELINK_CACHE"] = str(tree.root.parent / f"{tree.root.name}-cache")
+    del env["PIPELINK_COMPONENTS"]
+    proc = subprocess.run([sys.executable, "-m", "SCons", "-Q", "-C", str(tree.root),
+                           *command.args], env=env, capture_output=True, text=True,
+                          timeout=300)
+    _one_message(proc, command.must)
+    after = {k: v for k, v in _files(tree.root).items()
+             if not k.startswith(".sconsign") and "__pycache__" not in k}
+    assert after == {k: v for k, v in before.items() if "__pycache__" not in k}
+
+
+def test_the_corpus_is_long_enough():
+    assert len(CASES) + len(CLI) + len(SCONS) >= 120
+    ids = [c.id for c in CASES] + [c.id for c in CLI] + [c.id for c in SCONS]
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("with_index", [True, False], ids=["index", "object_only"])
+def test_placing_objects_names_the_contract_file_the_user_edits(tree, with_index):
+    """Objects carry their contract; a placing error about one names the contract.yaml it
+    was built from when the index finds it unchanged, else the object and its component."""
+    from pipelink.link import bound_from_objects
+    from pipelink.objfile import unpack
+    tree.toy()
+    recipe_data = toy_recipe()
+    recipe_data["instances"]["load"] = {"component": "loader", "tunables": {"stages": 8},
+                                        "params": {"cols": 256}}
+    recipe_data["instances"]["reduce"] = {"component": "reducer", "params": {"cols": 256}}
+    recipe = load_recipe(tree.recipe(recipe_data))
+    objects = {}
+    for inst, bound in tree.bind(recipe, "sm_90a").items():
+        path = tree.root / "obj" / f"{bound.name}.sm_90a.o"
+        data = pack(bound, "sm_90a", b"ltoir", source_sha256="0" * 64,
+                    toolchain={"nvcc": "13.0", "nvjitlink": "13.0"})
+        objects[inst] = unpack(data, str(path))
+    bound = bound_from_objects(objects, tree.index if with_index else None)
+    with pytest.raises(DemandsDoNotFit) as info:
+        place(check(recipe, "sm_90a", bound).problem)
+    text = str(info.value)
+    if with_index:
+        assert str(tree.root / LOADER) + ": smem.tiles" in text
+        assert "embedded contract" not in text
+    else:
+        assert "obj/loader.sm_90a.o (embedded contract of 'loader'): smem.tiles" in text
