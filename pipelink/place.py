@@ -151,7 +151,7 @@ def prepare(problem: Problem) -> Data:
     if problem.objective not in OBJECTIVES:
         raise PlacementError(f"unknown objective '{problem.objective}'",
                              hint="one of " + ", ".join(OBJECTIVES))
-    limits = ARCH_LIMITS[problem.arch]
+    limits = problem.limits
     _unique("tunable", [t.name for t in problem.tunables])
     _unique("shared-memory buffer", [b.name for b in problem.buffers])
     _unique("named barrier", [b.name for b in problem.barriers])
@@ -931,7 +931,7 @@ def place(problem: Problem, *, workers: int = 1, seed: int = 0) -> Placement:
 def verify(problem: Problem, placement: Placement) -> list[str]:
     """Every rule the model encodes, checked again in plain Python. Empty when all hold."""
     out: list[str] = []
-    limits = ARCH_LIMITS[problem.arch]
+    limits = problem.limits
     tun = placement.tunables
     for t in problem.tunables:
         if tun.get(t.name) not in t.values:

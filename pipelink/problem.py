@@ -113,10 +113,15 @@ class Problem:
     roles: tuple[Role, ...] = ()
     tmem: tuple[TmemAlloc, ...] = ()
     objective: str = "max_tunables_then_min_smem"
+    static_smem: int = 0                       # components' static __shared__ bytes
 
     @property
     def limits(self) -> dict[str, int]:
-        return ARCH_LIMITS[self.arch]
+        """The arch's limits, less the static shared memory (it precedes the dynamic)."""
+        limits = ARCH_LIMITS[self.arch]
+        if not self.static_smem:
+            return limits
+        return {**limits, "smem_bytes": limits["smem_bytes"] - self.static_smem}
 
 
 @dataclass(frozen=True)
