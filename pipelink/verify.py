@@ -169,7 +169,7 @@ def _constants(body: list[str]) -> dict[str, int]:
             moved.setdefault(m.group(1), set()).add(int(m.group(2), 0))
             continue
         d = _DEST.match(line)
-        if d and not d.group(1).startswith(("bar", "st.", "st ", "red.", "atom")):
+        if d and not d.group(1).startswith(("bar", "st.", "red.", "atom")):
             other.add(d.group(2))
     return {r: next(iter(v)) for r, v in moved.items() if len(v) == 1 and r not in other}
 

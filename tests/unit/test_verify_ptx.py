@@ -67,3 +67,57 @@ def test_ptxas_report():
            "ptxas info    : Used 255 registers, used 1 barriers, 21504 bytes smem\n")
     assert PtxasReport.parse(log) == PtxasReport(255, 212, 208, 216, 21504)
     assert PtxasReport.parse("") == PtxasReport()
+
+
+# -- the linked kernel against the placement (the toy kernel: store.done, 128 threads) --
+
+
+@pytest.fixture
+def toy(tree):
+    from pipelink.place import place
+    from tests.conftest import toy_recipe
+    tree.toy()
+    kernel = tree.check(tree.recipe(toy_recipe()))
+    return kernel, place(kernel.problem)
+
+
+@pytest.mark.parametrize("line,error", [
+    ("bar.sync 0;", None),
+    ("bar.sync {id}, 128;", None),
+    ("bar.sync 13, 64;", "uses named barrier id 13 ('bar.sync 13, 64;'), which the placement"),
+    ("bar.arrive {id}, 64;", "with 64 threads ('bar.arrive {id}, 64;'), but it is placed for "
+                             "store.done (128 threads)"),
+])
+def test_linked_barriers_against_the_placement(toy, line, error):
+    from pipelink.verify import ContractViolation, check_linked_barriers
+    kernel, placement = toy
+    ident = placement.barriers["store.done"]
+    ptx = _module("\t" + line.format(id=ident)).replace(".func pl_x_main", ".entry pl_toy")
+    if error is None:
+        check_linked_barriers(ptx, kernel, placement)
+        return
+    with pytest.raises(ContractViolation) as err:
+        check_linked_barriers(ptx, kernel, placement)
+    assert error.format(id=ident) in err.value.message
+
+
+@pytest.mark.parametrize("report,error", [
+    (PtxasReport(smem=21504), None),
+    (PtxasReport(smem=21504, registers=168), None),
+    (PtxasReport(smem=21505),
+     "21505 bytes of static plus 210944 bytes of dynamic shared memory, 232449 B"),
+    (PtxasReport(spill_stores=8, spill_loads=4, registers=255),
+     "8 bytes spill stores, 4 bytes spill loads"),
+])
+def test_kernel_resources(toy, report, error):
+    from dataclasses import replace
+
+    from pipelink.verify import ContractViolation, check_resources
+    kernel, placement = toy
+    placement = replace(placement, smem_bytes=227 * 1024 - 21504)
+    if error is None:
+        check_resources(report, kernel, placement)
+        return
+    with pytest.raises(ContractViolation) as err:
+        check_resources(report, kernel, placement)
+    assert error in err.value.message
