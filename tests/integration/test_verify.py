@@ -8,6 +8,7 @@ naming the component, or to pass.
 from __future__ import annotations
 
 import hashlib
+import re
 import textwrap
 from pathlib import Path
 
@@ -119,7 +120,6 @@ def test_hard_coded_barrier_ids(tmp_path, contract, error):
 
 
 def _sass_barriers(cubin: Path) -> set[tuple[int, int]]:
-    import re
     return {(int(i, 16), int(n, 16)) for i, n in
             re.findall(r"BAR\.SYNC\S*\s+(0x[0-9a-f]+),\s*(0x[0-9a-f]+)", sass(cubin))}
 
@@ -153,18 +153,20 @@ def test_declared_static_shared_memory_is_counted_by_the_placer(tmp_path, static
 
 @pytest.mark.parametrize("registers,spills", [(24, True), (128, False)])
 def test_setmaxnreg_budget_below_use_spills_and_is_reported(tmp_path, registers, spills):
-    component(tmp_path, "hungry", HUNGRY, registers=registers, uses="[setmaxnreg]")
+    # "modern" moves registers with setmaxnreg, so "hungry"'s warpgroup is cut to the
+    # registers its contract states (it runs no whole-warpgroup role: no spare for it).
+    component(tmp_path, "hungry", HUNGRY, registers=registers)
     component(tmp_path, "modern", PLACED, PLACED_BARRIER, registers=200, uses="[setmaxnreg]")
     if not spills:
         result = link_pair(tmp_path, "hungry", "modern")
-        assert result.placement.warpgroup_regs[result.placement.roles["a.main"].warp_base // 4] \
-            == registers
+        assert registers in result.placement.warpgroup_regs
         return
     with pytest.raises(ContractViolation) as err:
         link_pair(tmp_path, "hungry", "modern")
     text = err.value.message
-    assert "ptxas spilled registers" in text and "bytes spill stores" in text
-    assert f"a.main needs {registers}" in text and "budgets per warpgroup [24, 200]" in text
+    assert "ptxas spilled registers" in text
+    assert re.search(r"\b[1-9]\d* bytes spill stores, [1-9]\d* bytes spill loads", text)
+    assert "a.main needs 24" in text and "budgets per warpgroup [24, 256]" in text
 
 
 # -- every shipped recipe links clean, with the cubin hashes recorded -------------------
