@@ -34,7 +34,7 @@ from pathlib import Path
 from .check import Kernel
 from .errors import LinkError, ToolchainError
 from .objfile import ComponentObject
-from .problem import ARCH_LIMITS, Placement
+from .problem import ARCH_LIMITS, DYNAMIC_SMEM_ALIGN, Placement, static_footprint
 
 # PTX scalar type -> bytes (a .shared declaration's element size).
 _PTX_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
@@ -313,13 +313,15 @@ class PtxasReport:
 def check_resources(report: PtxasReport, kernel: Kernel, placement: Placement) -> None:
     """Spills and static plus dynamic shared memory of the linked kernel."""
     limit = ARCH_LIMITS[kernel.arch]["smem_bytes"]
-    if report.smem + placement.smem_bytes > limit:
+    total = static_footprint(report.smem) + placement.smem_bytes
+    if total > limit:
         raise ContractViolation(
             f"the linked kernel needs {report.smem} bytes of static plus "
-            f"{placement.smem_bytes} bytes of dynamic shared memory, "
-            f"{report.smem + placement.smem_bytes} B, more than the {limit} B a block gets "
-            f"on {kernel.arch}", hint="declare each component's static __shared__ bytes as "
-                                      "static_smem in its contract so the placer counts them")
+            f"{placement.smem_bytes} bytes of dynamic shared memory, {total} B with the "
+            f"dynamic part aligned to {DYNAMIC_SMEM_ALIGN}, more than the {limit} B a block "
+            f"gets on {kernel.arch}",
+            hint="declare each component's static __shared__ bytes as static_smem in its "
+                 "contract so the placer counts them")
     if report.spill_stores or report.spill_loads:
         roles = sorted(kernel.problem.roles, key=lambda r: placement.roles[r.name].warp_base)
         needs = ", ".join(f"{r.name} needs {r.registers} (warps "

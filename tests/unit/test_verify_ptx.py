@@ -105,7 +105,9 @@ def test_linked_barriers_against_the_placement(toy, line, error):
     (PtxasReport(smem=21504), None),
     (PtxasReport(smem=21504, registers=168), None),
     (PtxasReport(smem=21505),
-     "21505 bytes of static plus 210944 bytes of dynamic shared memory, 232449 B"),
+     "21505 bytes of static plus 210944 bytes of dynamic shared memory, 233472 B with the "
+     "dynamic part aligned to 1024"),
+    (PtxasReport(smem=20481), None),
     (PtxasReport(spill_stores=8, spill_loads=4, registers=255),
      "8 bytes spill stores, 4 bytes spill loads"),
 ])
@@ -121,3 +123,10 @@ def test_kernel_resources(toy, report, error):
     with pytest.raises(ContractViolation) as err:
         check_resources(report, kernel, placement)
     assert error in err.value.message
+
+
+@pytest.mark.parametrize("static,left", [(0, 232448), (1, 231424), (21504, 210944),
+                                         (21505, 209920)])
+def test_placer_counts_static_shared_memory_with_the_dynamic_alignment(static, left):
+    from pipelink.problem import Problem
+    assert Problem("sm_90a", static_smem=static).limits["smem_bytes"] == left
