@@ -226,12 +226,15 @@ def check_component_code(kernel: Kernel, objects: dict[str, ComponentObject],
         b = kernel.bound[inst]
         funcs = probe.reachable(obj.header["symbols"].values())
         label = f"component '{b.name}' (instance '{inst}')"
-        fixed = {spec["fixed"]: (name, b.eval(spec["threads"], f"named_barriers.{name}"))
+        threads = {name: b.eval(spec["threads"], f"named_barriers.{name}.threads")
+                   for name, spec in b.contract.section("named_barriers").items()}
+        fixed = {spec["fixed"]: (name, threads[name])
                  for name, spec in b.contract.section("named_barriers").items()
                  if spec.get("fixed")}
         for f in sorted(funcs):
             for use in probe.functions[f].barriers:
                 _check_own_barrier(use, fixed, label, inst, b.name, obj.path)
+                _check_placed_barrier(use, threads, label, inst, b.name, obj.path)
         shared = probe.shared_of(funcs)
         used = sum(shared.values())
         declared = b.eval(b.contract.data.get("static_smem", 0), "static_smem")
@@ -265,6 +268,27 @@ def _check_own_barrier(use: BarrierUse, fixed: dict[int, tuple[str, int]], label
             f"{threads}", instance=inst, component=component, where=path,
             hint=f"make named_barriers.{name}.threads {use.threads}, or the code's count "
                  f"{threads}")
+
+
+def _check_placed_barrier(use: BarrierUse, threads: dict[str, int], label: str, inst: str,
+                          component: str, path: str) -> None:
+    """A barrier whose id arrives at run time is one of the contract's: its count, where
+    the code states one, is one the contract declares."""
+    if use.id is not None:
+        return
+    if not threads:
+        raise ContractViolation(
+            f"{label} uses a named barrier ('{use.text}') but its contract declares none",
+            instance=inst, component=component, where=path,
+            hint="declare it: named_barriers: {<name>: {threads: ...}}, and read its id "
+                 "from the placement (at.bar.<name>)")
+    if use.threads is not None and use.threads not in threads.values():
+        shown = ", ".join(f"{n}: {t}" for n, t in sorted(threads.items()))
+        raise ContractViolation(
+            f"{label} syncs a named barrier with {use.threads} threads ('{use.text}'), but "
+            f"its contract declares named_barriers threads {shown}", instance=inst,
+            component=component, where=path,
+            hint="make the contract's named_barriers.<name>.threads the count the code uses")
 
 
 def check_linked_barriers(ptx: str, kernel: Kernel, placement: Placement) -> None:

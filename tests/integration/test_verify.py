@@ -119,6 +119,21 @@ def test_hard_coded_barrier_ids(tmp_path, contract, error):
     assert not (tmp_path / "out" / "pair.cubin").exists()
 
 
+@pytest.mark.parametrize("body,contract,error", [
+    (PLACED.replace("128", "64"), PLACED_BARRIER,
+     "syncs a named barrier with 64 threads ('bar.sync %r"),
+    # An id computed at run time, not read from the placement.
+    (PLACED.replace("at.bar.sync", "uint32_t(tile.m_block) % 15 + 1"), "",
+     "uses a named barrier ('bar.sync %r"),
+], ids=["wrong_threads", "undeclared"])
+def test_placed_barrier_counts(tmp_path, body, contract, error):
+    component(tmp_path, "odd", body, contract)
+    component(tmp_path, "modern", PLACED, PLACED_BARRIER)
+    with pytest.raises(ContractViolation) as err:
+        link_pair(tmp_path, "odd", "modern")
+    assert error in err.value.message and err.value.component == "odd"
+
+
 def _sass_barriers(cubin: Path) -> set[tuple[int, int]]:
     return {(int(i, 16), int(n, 16)) for i, n in
             re.findall(r"BAR\.SYNC\S*\s+(0x[0-9a-f]+),\s*(0x[0-9a-f]+)", sass(cubin))}
