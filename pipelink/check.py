@@ -783,8 +783,10 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
         tunables = [Tunable(t.name, t.values, 1 if t.name in wanted else 0, t.source)
                     for t in tunables]
         objective = "max_tunables_then_min_smem"
+    static = sum(b.eval(b.contract.data.get("static_smem", 0), "static_smem")
+                 for b in bound.values())
     return Problem(arch, tuple(tunables), tuple(equal), tuple(buffers), (), tuple(barriers),
-                   tuple(roles), tuple(tmem), objective)
+                   tuple(roles), tuple(tmem), objective, static)
 
 
 def _pinned(values: tuple[int, ...], pin: Any) -> tuple[int, ...]:

@@ -427,6 +427,8 @@ def _expressions(c: Contract):
             yield from ((f"mbarriers.{name}.{k}", v) for k, v in spec.items() if k != "live")
         else:
             yield f"mbarriers.{name}", spec
+    if "static_smem" in c.data:
+        yield "static_smem", c.data["static_smem"]
     for r in c.roles.values():
         yield f"roles.{r.name}.warps", r.warps
         yield f"roles.{r.name}.registers", r.registers

@@ -2,15 +2,14 @@
 
 :func:`link_kernel` is what the CLI and the SCons tool call. It writes, atomically,
 ``<recipe>.cubin``, ``kernel.json`` (the launch ABI), ``placement.json``, the glue
-source and a placement picture, and verifies the linker's promise on the linked PTX:
-no call to a component entry survives and no placement constant is loaded at run
-time (LTO folded them into immediates).
+source and a placement picture, and checks the linked code against the contracts
+(:mod:`pipelink.verify`): the placement folded into immediates, barrier ids, static
+shared memory and register spills.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import tempfile
 import time
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import glue, header
+from . import glue, header, verify
 from .check import Kernel, check, check_autograd
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, canonical_json, load_contract, sha256_text
@@ -38,7 +37,7 @@ class LinkOptions:
     mode: str = "linked"              # linked | mono
     optimize: str = "-O3"             # nvJitLink -O / nvcc -O
     emit_ptx: bool = False            # also write <recipe>.ptx
-    verify: bool = True               # check the linked PTX for folded placement
+    verify: bool = True               # check the linked code against the contracts (verify.py)
     workers: int = 1                  # CP-SAT workers (the result does not depend on it)
 
 
@@ -56,8 +55,9 @@ def nvjitlink_options(opts: LinkOptions) -> list[str]:
 
 
 def run_nvjitlink(inputs: list[tuple[str, bytes]], options: list[str],
-                  want_ptx: bool = False) -> bytes:
-    """Links LTO-IR inputs; returns the cubin (or PTX). Failures carry the full log."""
+                  want_ptx: bool = False, info: list[str] | None = None) -> bytes:
+    """Links LTO-IR inputs; returns the cubin (or PTX). Failures carry the full log;
+    ``info`` (if given) receives the info log (ptxas's report under ``-verbose``)."""
     from cuda.bindings import nvjitlink
 
     opts = options + (["-ptx"] if want_ptx else [])
@@ -69,6 +69,8 @@ def run_nvjitlink(inputs: list[tuple[str, bytes]], options: list[str],
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
             raise LinkError(f"nvJitLink failed: {exc}", log=_error_log(handle)) from None
+        if info is not None:
+            info.append(_info_log(handle))
         if want_ptx:
             out = bytearray(nvjitlink.get_linked_ptx_size(handle))
             nvjitlink.get_linked_ptx(handle, out)
@@ -89,19 +91,13 @@ def _error_log(handle: int) -> str:
     return bytes(buf).rstrip(b"\0").decode(errors="replace")
 
 
-def verify_folded(ptx: str, kernel: Kernel) -> None:
-    """The linked PTX must call no component entry and load no placement constant."""
-    symbols = {b.symbol(e) for b in kernel.bound.values() for e in b.entries().values()}
-    calls = [line.strip() for line in ptx.splitlines()
-             if re.search(r"\bcall(\.uni)?\b", line) and any(s in line for s in symbols)]
-    loads = [line.strip() for line in ptx.splitlines()
-             if re.search(r"\bld\.", line) and re.search(r"\bpl_(at|cvt)_", line)]
-    if calls or loads:
-        raise LinkError("LTO did not fold the placement: "
-                        f"{len(calls)} entry call(s), {len(loads)} placement load(s) remain",
-                        hint="component entries must be plain extern \"C\" __device__ "
-                             "functions (not inline/__forceinline__/__noinline__)",
-                        log="\n".join(calls[:5] + loads[:5]))
+def _info_log(handle: int) -> str:
+    from cuda.bindings import nvjitlink
+    size = nvjitlink.get_info_log_size(handle)
+    buf = bytearray(size)
+    if size:
+        nvjitlink.get_info_log(handle, buf)
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")
 
 
 def bound_from_objects(objects: dict[str, ComponentObject],
@@ -280,9 +276,12 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
         ptx = None
         if opts.verify or opts.emit_ptx:
             ptx = run_nvjitlink(inputs, nvjitlink_options(opts), want_ptx=True).decode()
-            if opts.verify:
-                verify_folded(ptx, kernel)
         timings["nvjitlink"] = time.perf_counter() - t0
+        if opts.verify:
+            t0 = time.perf_counter()
+            verify.verify_linked(ptx, inputs, kernel, placement, loaded, tc.nvcc,
+                                 nvjitlink_options(opts))
+            timings["verify"] = time.perf_counter() - t0
     name = recipe.name
     write_atomic(out_dir / cubin_name(recipe), cubin)
     write_atomic(out_dir / ("mono.cu" if opts.mode == "mono" else "glue.cu"), source)

@@ -95,6 +95,28 @@ def register_pool(warpgroups: int, regs_per_sm: int = 65536) -> int:
     return warpgroups * (regs // SETMAXNREG_STEP * SETMAXNREG_STEP)
 
 
+def spread_registers(problem: Problem, p: Placement) -> tuple[int, ...]:
+    """The kernel-level register budget. Contracts state what each role's code needs and
+    the model gives each warpgroup that much; what the launch pool has left goes, in equal
+    steps of 8, to the warpgroups run only by warpgroup roles (wgmma, umma, setmaxnreg):
+    the math warpgroups, the way CUTLASS gives its consumers 232 beside a 40-register
+    producer. Other warpgroups keep their need, so a producer still releases registers."""
+    regs = list(p.warpgroup_regs)
+    whole = {r.name for r in problem.roles if r.warpgroup}
+    owner = {w: name for name, slot in p.roles.items()
+             for w in range(slot.warp_base, slot.warp_base + slot.warps)}
+    math = [g for g in range(len(regs))
+            if all(owner.get(w) in whole for w in range(g * WARPGROUP_WARPS,
+                                                        (g + 1) * WARPGROUP_WARPS))]
+    spare = register_pool(len(regs), problem.limits["regs_per_sm"]) - sum(regs)
+    if not math or spare < SETMAXNREG_STEP * len(math):
+        return tuple(regs)
+    share = spare // len(math) // SETMAXNREG_STEP * SETMAXNREG_STEP
+    for g in math:
+        regs[g] = min(regs[g] + share, SETMAXNREG_MAX)
+    return tuple(regs)
+
+
 # -- data ---------------------------------------------------------------------------------
 
 
@@ -150,7 +172,7 @@ def prepare(problem: Problem) -> Data:
     if problem.objective not in OBJECTIVES:
         raise PlacementError(f"unknown objective '{problem.objective}'",
                              hint="one of " + ", ".join(OBJECTIVES))
-    limits = ARCH_LIMITS[problem.arch]
+    limits = problem.limits
     _unique("tunable", [t.name for t in problem.tunables])
     _unique("shared-memory buffer", [b.name for b in problem.buffers])
     _unique("named barrier", [b.name for b in problem.barriers])
@@ -904,7 +926,8 @@ def place(problem: Problem, *, workers: int = 1, seed: int = 0) -> Placement:
         status = "FEASIBLE"   # never label a layout optimal that the optimum beats
     placement = Placement(
         placement.arch, placement.tunables, placement.smem, placement.smem_bytes,
-        placement.barriers, placement.roles, placement.warpgroup_regs, placement.launch_regs,
+        placement.barriers, placement.roles, spread_registers(problem, placement),
+        placement.launch_regs,
         placement.tmem, {"status": status, "canonical": canonical,
                          "objective": {"tunables": best.score,
                                        "smem_bytes": placement.smem_bytes}})
@@ -921,7 +944,7 @@ def place(problem: Problem, *, workers: int = 1, seed: int = 0) -> Placement:
 def verify(problem: Problem, placement: Placement) -> list[str]:
     """Every rule the model encodes, checked again in plain Python. Empty when all hold."""
     out: list[str] = []
-    limits = ARCH_LIMITS[problem.arch]
+    limits = problem.limits
     tun = placement.tunables
     for t in problem.tunables:
         if tun.get(t.name) not in t.values:

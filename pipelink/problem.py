@@ -26,6 +26,7 @@ ARCH_LIMITS: dict[str, dict[str, int]] = {
 }
 
 WARPGROUP_WARPS = 4
+DYNAMIC_SMEM_ALIGN = 1024      # pl_dynamic_smem's __align__ (smem.cuh): it follows the static
 THREADS_PER_WARP = 32
 SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
 TMEM_MIN_COLUMNS = 32
@@ -113,10 +114,21 @@ class Problem:
     roles: tuple[Role, ...] = ()
     tmem: tuple[TmemAlloc, ...] = ()
     objective: str = "max_tunables_then_min_smem"
+    static_smem: int = 0                       # components' static __shared__ bytes
 
     @property
     def limits(self) -> dict[str, int]:
-        return ARCH_LIMITS[self.arch]
+        """The arch's limits, less the static shared memory and the padding that aligns
+        the dynamic shared memory after it."""
+        limits = ARCH_LIMITS[self.arch]
+        if not self.static_smem:
+            return limits
+        return {**limits, "smem_bytes": limits["smem_bytes"] - static_footprint(self.static_smem)}
+
+
+def static_footprint(static_bytes: int) -> int:
+    """Bytes a block's static shared memory keeps from the dynamic, which starts aligned."""
+    return -(-static_bytes // DYNAMIC_SMEM_ALIGN) * DYNAMIC_SMEM_ALIGN
 
 
 @dataclass(frozen=True)

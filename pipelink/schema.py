@@ -122,6 +122,9 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
                                  "linker place it"},
         "live": LIVE}, ["threads"]), "named barriers (bar.sync ids)"),
     "tmem": _map(_obj({"columns": EXPR}, ["columns"]), "Tensor Memory allocations (sm_100a)"),
+    "static_smem": {**EXPR, "description": "bytes of static __shared__ variables the source "
+                                           "declares (not placed, but counted against the "
+                                           "block's limit; the linker checks the code)"},
     "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
                 "minItems": 3, "maxItems": 3,
                 "description": "the thread-block cluster shape [x, y, z] the component needs"},

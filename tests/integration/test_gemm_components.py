@@ -159,7 +159,7 @@ def test_recipe_checks(recipe_objects, recipe, epilogue):
                      ("zero_copy", "load.a", "mma.a"), ("zero_copy", "load.b", "mma.b")]
     lanes = {lane.name: lane for lane in kernel.lanes}
     consumers = lanes[f"mma.mma+{epilogue}.store"]
-    assert (consumers.warps, consumers.warpgroup, consumers.registers) == (8, True, 232)
+    assert (consumers.warps, consumers.warpgroup, consumers.registers) == (8, True, 168)
     assert kernel.scheduler == "sched"
     assert ("load.stages", "mma.stages") in kernel.problem.equal
     assert not kernel.warnings
