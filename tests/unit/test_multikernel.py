@@ -179,7 +179,7 @@ CASES = [
          (RECIPE, "kernels.forward.launch.inputs.x.shape", "missing"),
          drop("kernels.forward.launch.inputs.x.shape")),
     Case("grad_input_malformed", RecipeError,
-         (RECIPE, "key 'autograd.grads.x.inputs.1'", "'w.T.T'"), grad("x", "inputs",
+         (RECIPE, "key 'autograd.grads.x.inputs[1]'", "'w.T.T'"), grad("x", "inputs",
                                                                    ["grad.y", "w.T.T"])),
     # The autograd section against the kernels' launches.
     Case("forward_kernel_unknown", CheckError,
@@ -197,10 +197,10 @@ CASES = [
           "is not an output of kernel 'forward'", "outputs: y"),
          grad("x", "inputs", ["grad.x", "w.T"])),
     Case("reference_to_an_unknown_tensor", CheckError,
-         (f"{RECIPE}: autograd.grads.x.inputs[1]", "'v.T' names no input or output",
+         (f"{RECIPE}: autograd.grads.x.inputs[1]]", "'v.T' names no input or output",
           "x, w, y"), grad("x", "inputs", ["grad.y", "v.T"])),
     Case("transpose_of_a_vector", CheckError,
-         (f"{RECIPE}: autograd.grads.x.inputs[1]", "'w.T' transposes 'w', which has 1 "
+         (f"{RECIPE}: autograd.grads.x.inputs[1]]", "'w.T' transposes 'w', which has 1 "
           "dimensions", "'.T' takes a 2-D tensor"),
          put("kernels.forward.launch.inputs.w.shape", ["N"])),
     Case("too_few_inputs", CheckError,
