@@ -197,10 +197,10 @@ CASES = [
           "is not an output of kernel 'forward'", "outputs: y"),
          grad("x", "inputs", ["grad.x", "w.T"])),
     Case("reference_to_an_unknown_tensor", CheckError,
-         (f"{RECIPE}: autograd.grads.x.inputs[1]]", "'v.T' names no input or output",
+         (f"{RECIPE}: autograd.grads.x.inputs[1]", "'v.T' names no input or output",
           "x, w, y"), grad("x", "inputs", ["grad.y", "v.T"])),
     Case("transpose_of_a_vector", CheckError,
-         (f"{RECIPE}: autograd.grads.x.inputs[1]]", "'w.T' transposes 'w', which has 1 "
+         (f"{RECIPE}: autograd.grads.x.inputs[1]", "'w.T' transposes 'w', which has 1 "
           "dimensions", "'.T' takes a 2-D tensor"),
          put("kernels.forward.launch.inputs.w.shape", ["N"])),
     Case("too_few_inputs", CheckError,
