@@ -65,11 +65,17 @@ def run(build: Path) -> dict:
     }
     result = {name: host_us(fn) for name, fn in variants.items()}
     # Where a cached call's time goes, piece by piece (for reading, not for targets).
+    from cuda.bindings import driver as drv
+    launch = prepared._launch
+    stream = torch._C._cuda_getCurrentRawStream(0)
     parts = {"torch.empty(M, N)": lambda: torch.empty(M, N, device="cuda",
                                                       dtype=torch.bfloat16),
              "2 x (shape, stride, dtype, device)": lambda: [(t.shape, t.stride(), t.dtype,
                                                              t.get_device()) for t in (x, w)],
-             "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(0)}
+             "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+             "cuLaunchKernel (ctypes)": lambda: launch.fire(stream),
+             "cuLaunchKernel (cuda.bindings)": lambda: drv.cuLaunchKernel(
+                 op.kernel.function, *launch._shape, stream, launch._address, 0)}
     return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "shape": [M, N, K], "burst": BURST, "bursts": BURSTS, "host_us": result,
             "parts_us": {name: host_us(fn, bursts=50) for name, fn in parts.items()}}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipelink.build import build_objects, default_index
-from pipelink.link import LinkOptions, link_kernel
+from pipelink.link import LinkOptions, link_kernel, link_recipe
 from pipelink.recipe import ComponentIndex, load_recipe
 from pipelink.verify import ContractViolation
 
@@ -202,7 +202,9 @@ def test_every_recipe_links_clean(objects_dir, tmp_path, name, arch):
     if arch not in recipe.data["arch"]:
         pytest.skip(f"{name} does not build for {arch}")
     index = default_index(ROOT)
-    objects = build_objects(recipe, arch, index, objects_dir / arch)
-    result = link_kernel(recipe, objects, tmp_path, LinkOptions(arch), index=index)
-    assert "verify" in result.timings
-    print(name, arch, hashlib.sha256(result.cubin.read_bytes()).hexdigest())
+    objects = {kernel: build_objects(view, arch, index, objects_dir / arch)
+               for kernel, view in recipe.select(None).items()}
+    for result in link_recipe(recipe, objects, tmp_path, LinkOptions(arch),
+                              index=index).values():
+        assert "verify" in result.timings
+        print(name, arch, hashlib.sha256(result.cubin.read_bytes()).hexdigest())
