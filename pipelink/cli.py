@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `pipelink explain ... | head`: the reader left, not an error
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, nothing to undo
+        print("pipelink: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 The tool stays thin: it asks this module what a recipe needs (:func:`plan`), which
 values its outputs depend on beyond their files (:func:`code_digest`,
 :func:`compile_versions`, :func:`link_versions`), and runs each step as a separate
-process through this module's command line, so that ``scons -j`` compiles in
-parallel and a crash in one step cannot take the build down with it::
+process through this module's command line (started by :mod:`pipelink.buildstep`),
+so that ``scons -j`` compiles in parallel and a crash in one step cannot take the
+build down with it::
 
-    python -m pipelink.sconsrun compile components/x/contract.yaml --arch sm_90a \\
+    python -m pipelink.buildstep compile components/x/contract.yaml --arch sm_90a \\
         -o build/obj/sm_90a/x-1234abcd.sm_90a.o -p dtype=bf16 -p rows=128
-    python -m pipelink.sconsrun link recipes/r.yaml --arch sm_90a -o build/dev/sm_90a/r \\
+    python -m pipelink.buildstep link recipes/r.yaml --arch sm_90a -o build/dev/sm_90a/r \\
         --object load=build/obj/sm_90a/x-1234abcd.sm_90a.o ... [--mode mono]
 
 Both are silent on success; a user mistake prints one message and exits 2. Nothing
@@ -24,17 +25,25 @@ import hashlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import header
+from . import buildcache, header  # noqa: F401  (buildcache: the SCons tool's cache checks)
 from .build import object_name
-from .compile import DEFAULT_STAGE, INCLUDE_DIR, CompileOptions, _component_files, nvcc_command
+from .compile import (
+    INCLUDE_DIR,
+    CompileOptions,
+    _component_files,
+    abi_headers,
+    cutlass_include,
+    nvcc_command,
+)
 from .contract import BoundContract, Contract, canonical_json, load_contract, sha256_text
-from .errors import PipeLinkError, RecipeError
+from .errors import PipeLinkError, RecipeError, ToolchainError
 from .recipe import ComponentIndex, Recipe, load_recipe, resolve_components
 from .toolchain import Toolchain, discover
 
@@ -56,6 +65,7 @@ class ObjectPlan:
     arch: str
     contract_path: Path
     files: tuple[str, ...]          # what the compile stages from the component's folder
+    headers: tuple[Path, ...]       # the ABI headers it stages (compile.object_inputs)
 
     @property
     def component(self) -> str:
@@ -135,7 +145,8 @@ def object_plan(contract_path: Path | str, params: dict[str, int | str] | None, 
     contract = contract or load_contract(contract_path)
     bound = contract.bind(params, where=where)
     files = tuple(sorted(_component_files(contract_path.parent)))
-    return ObjectPlan(bound, arch, contract_path, files)
+    headers = tuple(abi_headers(bound, contract_path.parent, arch))
+    return ObjectPlan(bound, arch, contract_path, files, headers)
 
 
 def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
@@ -153,7 +164,24 @@ def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
         objects[inst] = object_plan(path, spec.params, arch, contract=contracts[path],
                                     where=recipe.where(f"instances.{inst}"))
     kernel = check(recipe, arch, {inst: o.bound for inst, o in objects.items()})
+    require_headers(recipe, objects)
     return KernelPlan(recipe, arch, objects, kernel.warnings)
+
+
+def require_headers(recipe: Recipe, objects: dict[str, ObjectPlan]) -> None:
+    """Third-party headers a recipe's components include must be installed before the
+    first compile, not discovered missing after ten."""
+    users = [inst for inst, o in objects.items() if o.uses_cutlass]
+    if not users:
+        return
+    try:
+        cutlass_include()
+    except ToolchainError:
+        names = ", ".join(f"{i} ({objects[i].component})" for i in users)
+        raise ToolchainError(f"CUTLASS headers not found; instances {names} include them",
+                             where=recipe.where(f"instances.{users[0]}"),
+                             hint="pip install -e '.[cutlass]' (nvidia-cutlass, as "
+                                  "pyproject.toml pins it)") from None
 
 
 def recipe_archs(recipe_path: Path | str) -> tuple[str, ...]:
@@ -214,10 +242,11 @@ def code_digest(step: str) -> str:
     header change recompiles its includers only); ``link``: the modules that check,
     place, write glue and link, and every ABI header (the glue includes them)."""
     if step == "compile":
-        own = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "sconsrun.py"]
+        own = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "sconsrun.py",
+               PACKAGE_DIR / "buildstep.py"]
         return _digest_files(sorted({*module_closure(("compile",)), *own}))
     if step == "link":
-        code = module_closure(("link", "sconsrun")) + [PACKAGE_DIR / "__init__.py"]
+        code = module_closure(("link", "sconsrun", "buildstep")) + [PACKAGE_DIR / "__init__.py"]
         return _digest_files(sorted({*code, *INCLUDE_DIR.rglob("*.cuh")}))
     raise ValueError(f"unknown step {step!r}")
 
@@ -265,7 +294,8 @@ def link_versions(tc: Toolchain | None = None) -> dict[str, str]:
 def stage_root() -> str:
     """The stage root: nvcc hashes paths under it into module ids, so objects (and the
     cache that shares them) depend on it; keep it the same on every machine."""
-    return os.environ.get("PIPELINK_STAGE", DEFAULT_STAGE)
+    from .stage import stage_root as root
+    return root()
 
 
 def compile_flags(arch: str) -> list[str]:
@@ -357,7 +387,7 @@ def cmd_link(a: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelink.sconsrun",
+    p = argparse.ArgumentParser(prog="python -m pipelink.buildstep",
                                 description="build steps the SCons tool runs")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile one component into a PipeLink object")
@@ -379,13 +409,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (a CI timeout, a killed scons) unwinds like Ctrl-C: ``finally`` blocks
+    remove temporary files and nothing half-written is left."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    _exit_on_sigterm()
     try:
         return args.func(args)
     except PipeLinkError as exc:
         print(f"pipelink: {exc.kind}: {exc.render()}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C reaches every step scons runs: one line, no trace
+        print("pipelink: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -149,10 +149,10 @@ def test_dry_run_prints_one_line_per_step_or_full_commands(make_tree):
     assert "compile  tile_loader [cols=64 dtype=f32 rows=128] sm_90a" in quiet.out
     assert f"link     {RECIPE} sm_90a (linked) -> build/dev/sm_90a/{RECIPE}" in quiet.out
     verbose = tree.scons("-n", "VERBOSE=1")
-    assert re.search(r"-m pipelink\.sconsrun compile components/tile_loader/contract\.yaml "
+    assert re.search(r"-m pipelink\.buildstep compile components/tile_loader/contract\.yaml "
                      r"-o build/obj/sm_90a/tile_loader-\w+\.sm_90a\.o --arch sm_90a "
                      r"-p cols=64 -p dtype=f32 -p rows=128", verbose.out), verbose.out
-    assert "-m pipelink.sconsrun link recipes/pipeline_demo.yaml" in verbose.out
+    assert "-m pipelink.buildstep link recipes/pipeline_demo.yaml" in verbose.out
     assert tree.nvcc_compiles() == 0
 
 
