@@ -329,21 +329,55 @@ def manifest(inputs: dict[str, bytes], outputs: dict[str, bytes],
     return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
-def manifest_meta(kernels: list[KernelPlan]) -> dict[str, Any]:
-    """What a release was built with, besides its files."""
+def manifest_meta(kernels: list[KernelPlan], top: Path | None = None) -> dict[str, Any]:
+    """What a release was built with, besides its files; ``top`` is the checkout, whose
+    git revision the manifest names when it is one."""
     from .link import LinkOptions, nvjitlink_options
     tc = discover()
     archs = sorted({k.arch for k in kernels})
     tools = {**link_versions(tc), "python": platform.python_version(),
              "pipelink_code": code_digest("link")}
     tools.update({d: _distribution(d) or "none" for d in MANIFEST_DISTRIBUTIONS})
+    source = source_revision(top) if top is not None else None
     return {
+        **({"source": source} if source else {}),
         "kernels": sorted(f"{k.arch}/{k.name}" for k in kernels),
         "toolchain": tools,
         "flags": {"stage_root": stage_root(),
                   "compile": {a: compile_flags(a) for a in archs},
                   "nvjitlink": {a: nvjitlink_options(LinkOptions(a)) for a in archs}},
     }
+
+
+def build_files(top: Path) -> dict[str, Path]:
+    """The build's own files, which a release depends on as much as on its sources:
+    SConstruct, the SCons tool and pyproject.toml (the pinned tools), by checkout path."""
+    paths = [top / "SConstruct", top / "pyproject.toml",
+             *sorted((top / "site_scons").rglob("*.py"))]
+    return {p.relative_to(top).as_posix(): p for p in paths if p.is_file()}
+
+
+def _git(top: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(top), *args], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def source_revision(top: Path) -> dict[str, Any] | None:
+    """``{"git": <commit>, "dirty": <tracked files differ from it>}`` when ``top`` is the
+    top of a git checkout with a commit; None otherwise (an unpacked tarball, or a
+    folder inside someone else's repository)."""
+    root = _git(top, "rev-parse", "--show-toplevel")
+    if not root or Path(root).resolve() != Path(top).resolve():
+        return None
+    head = _git(top, "rev-parse", "--verify", "HEAD")
+    status = _git(top, "status", "--porcelain", "--untracked-files=no")
+    if not head or status is None:
+        return None
+    return {"git": head, "dirty": bool(status)}
 
 
 def package_labels() -> dict[str, Path]:

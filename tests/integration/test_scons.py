@@ -61,6 +61,7 @@ class Tree:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         root.mkdir(parents=True)
         shutil.copy(ROOT / "SConstruct", root)
+        shutil.copy(ROOT / "pyproject.toml", root)
         shutil.copytree(ROOT / "site_scons", root / "site_scons", ignore=ignore)
         shutil.copytree(ROOT / "pipelink", root / "pipelink", ignore=ignore)
         for name in COMPONENTS:
@@ -310,6 +311,10 @@ def test_release_builds_in_two_folders_are_byte_identical(make_tree):
     assert f"recipes/{RECIPE}.yaml" in manifest["inputs"]
     assert "components/row_store/row_store.cu" in manifest["inputs"]
     assert "pipelink/compile.py" in manifest["inputs"]
+    for build_file in ("SConstruct", "pyproject.toml",
+                       "site_scons/site_tools/pipelink/__init__.py"):
+        assert build_file in manifest["inputs"], build_file
+    assert "source" not in manifest  # not a git checkout: no revision, and no guess
     assert manifest["toolchain"]["nvcc"] and manifest["flags"]["compile"]["sm_100a"]
     for path in dists[0].rglob("*"):
         if path.is_file():

@@ -254,10 +254,11 @@ def PipeLinkRelease(env: Env, kernels: list[list[Node]], dist: Any) -> list[Node
             for f in ["contract.yaml", *o.files]:
                 path = o.folder / f
                 inputs[_relative(env, path)] = env.File(str(path))
-    for label, path in lib.package_labels().items():
+    top = Path(env.Dir("#").abspath)
+    for label, path in {**lib.package_labels(), **lib.build_files(top)}.items():
         inputs[label] = env.File(str(path))
     labels = {"inputs": sorted(inputs), "outputs": sorted(outputs),
-              "meta": lib.manifest_meta(plans)}
+              "meta": lib.manifest_meta(plans, top=top)}
     sources = [_value(env, labels)] + [inputs[k] for k in labels["inputs"]] + \
               [outputs[k] for k in labels["outputs"]]
     manifest = env.PipeLinkManifest(dist.File("manifest.json"), sources)
