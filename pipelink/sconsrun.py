@@ -178,7 +178,9 @@ def require_headers(recipe: Recipe, objects: dict[str, ObjectPlan]) -> None:
         cutlass_include()
     except ToolchainError:
         names = ", ".join(f"{i} ({objects[i].component})" for i in users)
-        raise ToolchainError(f"CUTLASS headers not found; instances {names} include them",
+        many = len(users) > 1
+        raise ToolchainError(f"CUTLASS headers not found, and instance{'s' if many else ''} "
+                             f"{names} include{'' if many else 's'} them",
                              where=recipe.where(f"instances.{users[0]}"),
                              hint="pip install -e '.[cutlass]' (nvidia-cutlass, as "
                                   "pyproject.toml pins it)") from None

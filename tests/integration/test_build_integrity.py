@@ -355,3 +355,33 @@ def test_release_manifest_names_the_build_files_and_the_revision(tmp_path):
     assert run.compiled == [] and run.linked == []  # only the manifest changes
     manifest = json.loads((tree.root / "dist" / "manifest.json").read_text())
     assert manifest["source"]["dirty"] is True
+
+
+# (entry point, signal, exit status): the steps scons runs and the pipelink CLI
+STEP_SIGNALS = [
+    ("pipelink.buildstep", signal.SIGINT, 130),
+    ("pipelink.buildstep", signal.SIGTERM, 128 + signal.SIGTERM),
+    ("pipelink.cli", signal.SIGINT, 130),
+]
+
+
+@pytest.mark.parametrize("module,sig,status", STEP_SIGNALS,
+                         ids=[f"{m.split('.')[1]}-{s.name}" for m, s, _ in STEP_SIGNALS])
+def test_an_interrupted_compile_step_says_one_line_and_leaves_nothing(tmp_path, module, sig,
+                                                                      status):
+    stage, out = tmp_path / "stage", tmp_path / "obj" / "row_reduce.o"
+    env = {**os.environ, "PIPELINK_STAGE": str(stage), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "compile",
+         str(ROOT / "components" / OBJECT / "contract.yaml"), "--arch", ARCH, "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    end = time.monotonic() + 120
+    while not (stage.is_dir() and any(p.name.startswith(".out-") for p in stage.iterdir())):
+        assert proc.poll() is None and time.monotonic() < end, "nvcc never started"
+        time.sleep(0.02)
+    proc.send_signal(sig)  # nvcc runs: the step's own unwinding ends it
+    output, _ = proc.communicate(timeout=120)
+    assert proc.returncode == status, output
+    assert "Traceback" not in output
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+    assert [p.name for p in stage.iterdir() if p.name.startswith(".")] == []
