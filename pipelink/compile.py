@@ -108,9 +108,10 @@ def abi_headers(bound: BoundContract, folder: Path, arch: str) -> list[Path]:
 
 def stage_sources(bound: BoundContract, folder: Path, arch: str,
                   stage_root: Path) -> tuple[Path, list[str], str]:
-    """Stages a component; returns (stage dir, include dirs, sha256 of its sources)."""
+    """Stages a component; returns (stage dir, include dirs, sha256 of what it staged:
+    the object records it, and :mod:`pipelink.build` compares it with today's inputs)."""
     staged = object_inputs(bound, folder, arch)
-    source_sha = source_hash(folder)
+    source_sha = digest(staged)
     stage = materialise(stage_root, staged)
     includes = [str(stage / d) for d in STAGE_INCLUDES]
     if "cutlass" in bound.contract.data.get("includes", []):
@@ -161,9 +162,9 @@ def run_nvcc(tc: Toolchain, opts: CompileOptions, stage: Path, source: str,
         return out.read_bytes()
 
 
-def source_hash(folder: Path) -> str:
-    """The hash an object records for its component's sources."""
-    return digest(_component_files(folder))
+def inputs_hash(bound: BoundContract, folder: Path, arch: str) -> str:
+    """The hash an object records of what its compile read (``source_sha256``)."""
+    return digest(object_inputs(bound, folder, arch))
 
 
 # The glue and mono compiles (link.py) stage through the same function.

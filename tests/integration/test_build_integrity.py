@@ -385,3 +385,32 @@ def test_an_interrupted_compile_step_says_one_line_and_leaves_nothing(tmp_path, 
     assert "Traceback" not in output
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
     assert [p.name for p in stage.iterdir() if p.name.startswith(".")] == []
+
+
+def test_build_objects_outside_scons_uses_the_same_inputs(tmp_path, monkeypatch):
+    """The CLI's and the tests' builder (pipelink.build) calls an object fresh by the
+    same input set: an unused ABI header recompiles nothing, an included one recompiles
+    its includers."""
+    from pipelink.build import build_objects, default_index
+    from pipelink.compile import INCLUDE_DIR
+    from pipelink.recipe import load_recipe
+
+    include = tmp_path / "include"
+    shutil.copytree(INCLUDE_DIR, include)
+    monkeypatch.setattr("pipelink.compile.INCLUDE_DIR", include)
+    monkeypatch.setenv("PIPELINK_STAGE", str(tmp_path / "stage"))
+    recipe = load_recipe(ROOT / "recipes" / f"{RECIPE}.yaml")
+    index = default_index(ROOT)
+
+    def build() -> dict[str, int]:
+        objects = build_objects(recipe, ARCH, index, tmp_path / "obj")
+        return {p.name: p.stat().st_mtime_ns for p in set(objects.values())}
+
+    first = build()
+    assert len(first) == 5
+    (include / "pipelink" / "unused_by_all.cuh").write_text("#pragma once\n")
+    assert build() == first
+    with open(include / "pipelink" / "smem.cuh", "a") as f:  # pipelink.cuh includes it
+        f.write("\n// edited\n")
+    second = build()
+    assert all(second[name] != first[name] for name in first)

@@ -421,8 +421,8 @@ def _dry_run_decider(dependency: Node, target: Node, prev_ni: Any,
 def _exit_130_if_interrupted() -> None:
     """Ctrl-C ends the build with 130, as an interrupted command does in a shell (SCons
     itself says 2, the status of a failed build). Runs at exit, after SCons has written
-    its .sconsign and printed "Build interrupted."; SCons's own exit functions run
-    first."""
+    its .sconsign and printed "Build interrupted."; runs SCons's own exit functions
+    (temporary files of long command lines) before leaving, since os._exit skips them."""
     if any(f.errstr == "Build interrupted." for f in SCons.Script.GetBuildFailures()):
         sys.stdout.flush()
         sys.stderr.flush()
