@@ -2,7 +2,8 @@
 
 SCons does this with content signatures and a shared cache; this module is the small
 equivalent for one-off commands: one object per (component, params, arch), rebuilt
-only when its source or contract changed.
+only when what its compile reads (:func:`pipelink.compile.object_inputs`) or its
+contract changed.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .compile import CompileOptions, compile_component, source_hash
-from .contract import canonical_json, load_contract, sha256_text
+from .compile import CompileOptions, compile_component, inputs_hash
+from .contract import BoundContract, canonical_json, load_contract, sha256_text
 from .errors import ObjectFormatError
 from .objfile import read_object
 from .recipe import ComponentIndex, Recipe, resolve_components
@@ -38,18 +39,20 @@ def build_objects(recipe: Recipe, arch: str, index: ComponentIndex,
         bound = load_contract(contract_path).bind(spec.params,
                                                   where=recipe.where(f"instances.{inst}"))
         path = build_dir / object_name(bound.name, bound.params_hash(), arch)
-        if not _fresh(path, contract_path, bound):
+        if not _fresh(path, contract_path, bound, arch):
             compile_component(contract_path, spec.params, CompileOptions(arch), path)
         out[inst] = path
     return out
 
 
-def _fresh(path: Path, contract_path: Path, bound: object) -> bool:
+def _fresh(path: Path, contract_path: Path, bound: BoundContract, arch: str) -> bool:
+    """The object was compiled from today's inputs: the component's files, its generated
+    header and the ABI headers they include (the set SCons tracks too), and contract."""
     if not path.is_file():
         return False
     try:
         header = read_object(path).header
     except ObjectFormatError:
         return False
-    return (header["source_sha256"] == source_hash(contract_path.parent)
+    return (header["source_sha256"] == inputs_hash(bound, contract_path.parent, arch)
             and header["contract_sha256"] == sha256_text(canonical_json(bound.contract.data)))

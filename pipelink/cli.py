@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     except PipeLinkError as exc:
         print(f"pipelink: {exc.kind}: {exc.render()}", file=sys.stderr)
         return EXIT_USER
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: outputs are written atomically, nothing to undo
         print("pipelink: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `pipelink explain ... | head`: the reader left, not an error

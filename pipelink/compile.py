@@ -2,7 +2,8 @@
 
 Before nvcc runs, the component's folder, its generated ABI header and PipeLink's
 device headers are copied into a *stage*: a folder named by the hash of everything
-in it, under one fixed root (``$PIPELINK_STAGE`` or ``/tmp/pipelink-stage``). nvcc
+in it, under one fixed root (``$PIPELINK_STAGE``, else ``/tmp/pipelink-stage-<uid>``;
+:mod:`pipelink.stage` checks a stage's content before each use). nvcc
 hashes the real path of a source and of its headers into the LTO-IR's module id, so
 compiling from a content-addressed path makes the object depend on content alone:
 two checkouts in two folders produce the same bytes, and a shared cache can hand
@@ -11,11 +12,7 @@ them out.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,10 +20,12 @@ from . import header
 from .contract import BoundContract, load_contract
 from .errors import ContractError, ToolchainError
 from .objfile import ComponentObject, pack, unpack, write_atomic
+from .stage import digest, include_closure, materialise, stage_root, stage_tree, temp_dir
 from .toolchain import Toolchain, discover
 
 INCLUDE_DIR = Path(__file__).parent / "include"
-DEFAULT_STAGE = "/tmp/pipelink-stage"
+# -I folders of a component's compile, inside its stage: ABI headers, then its folder.
+STAGE_INCLUDES = ("include", "component")
 SOURCE_SUFFIXES = {".cu", ".cuh", ".h", ".hpp", ".inl"}
 
 
@@ -36,8 +35,7 @@ class CompileOptions:
     opt_level: str = "-O3"                   # nvcc -O
     std: str = "c++17"                       # nvcc -std
     extra: tuple[str, ...] = field(default_factory=tuple)   # appended verbatim
-    stage_root: str = field(default_factory=lambda: os.environ.get("PIPELINK_STAGE",
-                                                                   DEFAULT_STAGE))
+    stage_root: str = field(default_factory=stage_root)
 
     def gencode(self) -> str:
         """-gencode for LTO-IR of the arch: sm_90a -> arch=compute_90a,code=lto_90a."""
@@ -62,30 +60,6 @@ def _component_files(folder: Path) -> dict[str, bytes]:
     return files
 
 
-def _digest(files: dict[str, bytes]) -> str:
-    h = hashlib.sha256()
-    for name in sorted(files):
-        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    return h.hexdigest()
-
-
-def _materialise(root: Path, files: dict[str, bytes]) -> Path:
-    """Writes ``files`` under root/<digest> once; concurrent writers race harmlessly."""
-    target = root / _digest(files)[:24]
-    if target.is_dir():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".stage-"))
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-    try:
-        tmp.rename(target)
-    except OSError:  # another process staged the same content first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def cutlass_include() -> Path:
     """CUTLASS/CuTe headers from the nvidia-cutlass wheel, which installs them as data of
     its ``cutlass_library`` package: ``<site-packages>/cutlass_library/source/include``
@@ -105,45 +79,53 @@ def cutlass_include() -> Path:
                               "includes: [cutlass])")
 
 
-def stage_sources(bound: BoundContract, folder: Path, arch: str,
-                  stage_root: Path) -> tuple[Path, list[str], str]:
-    """Stages a component; returns (stage dir, include dirs, sha256 of its sources)."""
+def object_inputs(bound: BoundContract, folder: Path, arch: str) -> dict[str, bytes]:
+    """Everything a component's compile reads besides CUDA and CUTLASS, under its staged
+    name: the component's folder, its generated header and the ABI headers they include.
+    The one definition of an object's inputs: the stage is made of it, and the SCons
+    tool depends on exactly these files (:func:`abi_headers`)."""
     files = _component_files(folder)
     source = bound.contract.source_for(arch)
     if source not in files:
         raise ContractError(f"source '{source}' for {arch} not found in {folder}",
                             where=bound.contract.where("source"),
                             hint="set source: (or sources: {arch: file}) in the contract")
-    source_sha = _digest(files)
     staged = {f"component/{k}": v for k, v in files.items()}
     staged[f"component/pl_{bound.name}.h"] = header.generate(bound).encode()
-    for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
-        staged[f"include/{path.relative_to(INCLUDE_DIR)}"] = path.read_bytes()
-    stage = _materialise(stage_root, staged)
-    includes = [str(stage / "include"), str(stage / "component")]
+    abi = {f"include/{p.relative_to(INCLUDE_DIR)}": p.read_bytes()
+           for p in sorted(INCLUDE_DIR.rglob("*.cuh"))}
+    reached = include_closure({**staged, **abi}, staged, STAGE_INCLUDES)
+    staged.update({k: v for k, v in abi.items() if k in reached})
+    return staged
+
+
+def abi_headers(bound: BoundContract, folder: Path, arch: str) -> list[Path]:
+    """The ABI headers (``pipelink/include``) a component's compile reads."""
+    return [INCLUDE_DIR / name.removeprefix("include/")
+            for name in sorted(object_inputs(bound, folder, arch))
+            if name.startswith("include/")]
+
+
+def stage_sources(bound: BoundContract, folder: Path, arch: str,
+                  stage_root: Path) -> tuple[Path, list[str], str]:
+    """Stages a component; returns (stage dir, include dirs, sha256 of what it staged:
+    the object records it, and :mod:`pipelink.build` compares it with today's inputs)."""
+    staged = object_inputs(bound, folder, arch)
+    source_sha = digest(staged)
+    stage = materialise(stage_root, staged)
+    includes = [str(stage / d) for d in STAGE_INCLUDES]
     if "cutlass" in bound.contract.data.get("includes", []):
-        includes.append(str(_stage_tree(cutlass_include(), stage_root)))
+        includes.append(str(stage_tree(cutlass_include(), stage_root,
+                                       f"cutlass-{cutlass_version()}")))
     return stage, includes, source_sha
 
 
-def _stage_tree(src: Path, stage_root: Path) -> Path:
-    """A third-party include tree, copied once per installed version so its path (and
-    so the module ids nvcc derives from it) is the same on every checkout."""
+def cutlass_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
     try:
-        tag = version("nvidia-cutlass")
+        return version("nvidia-cutlass")
     except PackageNotFoundError:
-        tag = "unknown"
-    target = stage_root / f"cutlass-{tag}"
-    if not target.is_dir():
-        stage_root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=stage_root, prefix=".cutlass-"))
-        shutil.copytree(src, tmp / "include")
-        try:
-            tmp.rename(target)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target / "include"
+        return "unknown"
 
 
 def compile_component(contract_path: Path | str, params: dict[str, int | str] | None,
@@ -169,8 +151,8 @@ def compile_component(contract_path: Path | str, params: dict[str, int | str] | 
 
 def run_nvcc(tc: Toolchain, opts: CompileOptions, stage: Path, source: str,
              includes: list[str], component: str) -> bytes:
-    with tempfile.TemporaryDirectory(dir=stage.parent, prefix=".out-") as out_dir:
-        out = Path(out_dir) / "component.ltoir"
+    with temp_dir(stage.parent, ".out-") as out_dir:
+        out = out_dir / "component.ltoir"
         cmd = nvcc_command(tc.nvcc, opts, f"component/{source}", str(out), includes)
         proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -180,6 +162,10 @@ def run_nvcc(tc: Toolchain, opts: CompileOptions, stage: Path, source: str,
         return out.read_bytes()
 
 
-def source_hash(folder: Path) -> str:
-    """The hash an object records for its component's sources."""
-    return _digest(_component_files(folder))
+def inputs_hash(bound: BoundContract, folder: Path, arch: str) -> str:
+    """The hash an object records of what its compile read (``source_sha256``)."""
+    return digest(object_inputs(bound, folder, arch))
+
+
+# The glue and mono compiles (link.py) stage through the same function.
+_materialise = materialise

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from .errors import LinkError, PipeLinkError, ToolchainError
 from .objfile import ComponentObject, read_object, write_atomic
 from .problem import Placement
 from .recipe import ComponentIndex, Recipe
+from .stage import temp_dir
 from .toolchain import Toolchain, discover
 
 KERNEL_JSON_FORMAT = 1
@@ -146,7 +146,7 @@ def compile_glue(source: str, bound: dict[str, BoundContract], opts: LinkOptions
         files[f"include/{path.relative_to(INCLUDE_DIR)}"] = path.read_bytes()
     stage = _materialise(stage_root, files)
     copts = CompileOptions(opts.arch, opt_level=opts.optimize, stage_root=str(stage_root))
-    with tempfile.TemporaryDirectory(dir=stage_root, prefix=".glue-") as out_dir:
+    with temp_dir(stage_root, ".glue-") as out_dir:  # reaped if the link is killed
         out = Path(out_dir) / "glue.ltoir"
         cmd = nvcc_command(tc.nvcc, copts, "glue.cu", str(out),
                            [str(stage / "include"), *extra_includes])
@@ -169,7 +169,7 @@ def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
         mono=True, sources=glue.mono_sources(stages, kernel.bound, opts.arch)))
     stage = _materialise(stage_root, {"mono.cu": source.encode()})
     num = opts.arch.removeprefix("sm_")
-    with tempfile.TemporaryDirectory(dir=stage_root, prefix=".mono-") as out_dir:
+    with temp_dir(stage_root, ".mono-") as out_dir:
         out = Path(out_dir) / "mono.cubin"
         cmd = [tc.nvcc, "-std=c++17", opts.optimize, "-cubin",
                f"-gencode=arch=compute_{num},code=sm_{num}", "--expt-relaxed-constexpr",

@@ -3,12 +3,13 @@
 The tool stays thin: it asks this module what a recipe needs (:func:`plan`), which
 values its outputs depend on beyond their files (:func:`code_digest`,
 :func:`compile_versions`, :func:`link_versions`), and runs each step as a separate
-process through this module's command line, so that ``scons -j`` compiles in
-parallel and a crash in one step cannot take the build down with it::
+process through this module's command line (started by :mod:`pipelink.buildstep`),
+so that ``scons -j`` compiles in parallel and a crash in one step cannot take the
+build down with it::
 
-    python -m pipelink.sconsrun compile components/x/contract.yaml --arch sm_90a \\
+    python -m pipelink.buildstep compile components/x/contract.yaml --arch sm_90a \\
         -o build/obj/sm_90a/x-1234abcd.sm_90a.o -p dtype=bf16 -p rows=128
-    python -m pipelink.sconsrun link recipes/r.yaml --arch sm_90a -o build/dev/sm_90a/r \\
+    python -m pipelink.buildstep link recipes/r.yaml --arch sm_90a -o build/dev/sm_90a/r \\
         --object load=build/obj/sm_90a/x-1234abcd.sm_90a.o ... [--mode mono] [--kernel K]
 
 Both are silent on success; a user mistake prints one message and exits 2. Nothing
@@ -24,17 +25,25 @@ import hashlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import header
+from . import buildcache, header  # noqa: F401  (buildcache: the SCons tool's cache checks)
 from .build import object_name
-from .compile import DEFAULT_STAGE, INCLUDE_DIR, CompileOptions, _component_files, nvcc_command
+from .compile import (
+    INCLUDE_DIR,
+    CompileOptions,
+    _component_files,
+    abi_headers,
+    cutlass_include,
+    nvcc_command,
+)
 from .contract import BoundContract, Contract, canonical_json, load_contract, sha256_text
-from .errors import PipeLinkError, RecipeError
+from .errors import PipeLinkError, RecipeError, ToolchainError
 from .recipe import ComponentIndex, Recipe, load_recipe, resolve_components
 from .toolchain import Toolchain, discover
 
@@ -56,6 +65,7 @@ class ObjectPlan:
     arch: str
     contract_path: Path
     files: tuple[str, ...]          # what the compile stages from the component's folder
+    headers: tuple[Path, ...]       # the ABI headers it stages (compile.object_inputs)
 
     @property
     def component(self) -> str:
@@ -147,7 +157,8 @@ def object_plan(contract_path: Path | str, params: dict[str, int | str] | None, 
     contract = contract or load_contract(contract_path)
     bound = contract.bind(params, where=where)
     files = tuple(sorted(_component_files(contract_path.parent)))
-    return ObjectPlan(bound, arch, contract_path, files)
+    headers = tuple(abi_headers(bound, contract_path.parent, arch))
+    return ObjectPlan(bound, arch, contract_path, files, headers)
 
 
 def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
@@ -189,6 +200,7 @@ def kernel_plan(recipe: Recipe, arch: str, index: ComponentIndex,
         objects[inst] = object_plan(path, spec.params, arch, contract=contracts[path],
                                     where=recipe.where(f"instances.{inst}"))
     kernel = check(recipe, arch, {inst: o.bound for inst, o in objects.items()})
+    require_headers(recipe, objects)
     return KernelPlan(recipe, arch, objects, kernel.warnings)
 
 
@@ -197,6 +209,24 @@ def kernels_index(recipe_path: Path | str, arch: str) -> str | None:
     from .link import kernels_index as index_text
     recipe = load_recipe(recipe_path)
     return index_text(recipe, arch) if recipe.multi else None
+
+
+def require_headers(recipe: Recipe, objects: dict[str, ObjectPlan]) -> None:
+    """Third-party headers a recipe's components include must be installed before the
+    first compile, not discovered missing after ten."""
+    users = [inst for inst, o in objects.items() if o.uses_cutlass]
+    if not users:
+        return
+    try:
+        cutlass_include()
+    except ToolchainError:
+        names = ", ".join(f"{i} ({objects[i].component})" for i in users)
+        many = len(users) > 1
+        raise ToolchainError(f"CUTLASS headers not found, and instance{'s' if many else ''} "
+                             f"{names} include{'' if many else 's'} them",
+                             where=recipe.where(f"instances.{users[0]}"),
+                             hint="pip install -e '.[cutlass]' (nvidia-cutlass, as "
+                                  "pyproject.toml pins it)") from None
 
 
 def recipe_archs(recipe_path: Path | str) -> tuple[str, ...]:
@@ -257,10 +287,11 @@ def code_digest(step: str) -> str:
     header change recompiles its includers only); ``link``: the modules that check,
     place, write glue and link, and every ABI header (the glue includes them)."""
     if step == "compile":
-        own = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "sconsrun.py"]
+        own = [PACKAGE_DIR / "__init__.py", PACKAGE_DIR / "sconsrun.py",
+               PACKAGE_DIR / "buildstep.py"]
         return _digest_files(sorted({*module_closure(("compile",)), *own}))
     if step == "link":
-        code = module_closure(("link", "sconsrun")) + [PACKAGE_DIR / "__init__.py"]
+        code = module_closure(("link", "sconsrun", "buildstep")) + [PACKAGE_DIR / "__init__.py"]
         return _digest_files(sorted({*code, *INCLUDE_DIR.rglob("*.cuh")}))
     raise ValueError(f"unknown step {step!r}")
 
@@ -308,7 +339,8 @@ def link_versions(tc: Toolchain | None = None) -> dict[str, str]:
 def stage_root() -> str:
     """The stage root: nvcc hashes paths under it into module ids, so objects (and the
     cache that shares them) depend on it; keep it the same on every machine."""
-    return os.environ.get("PIPELINK_STAGE", DEFAULT_STAGE)
+    from .stage import stage_root as root
+    return root()
 
 
 def compile_flags(arch: str) -> list[str]:
@@ -342,21 +374,55 @@ def manifest(inputs: dict[str, bytes], outputs: dict[str, bytes],
     return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
-def manifest_meta(kernels: list[KernelPlan]) -> dict[str, Any]:
-    """What a release was built with, besides its files."""
+def manifest_meta(kernels: list[KernelPlan], top: Path | None = None) -> dict[str, Any]:
+    """What a release was built with, besides its files; ``top`` is the checkout, whose
+    git revision the manifest names when it is one."""
     from .link import LinkOptions, nvjitlink_options
     tc = discover()
     archs = sorted({k.arch for k in kernels})
     tools = {**link_versions(tc), "python": platform.python_version(),
              "pipelink_code": code_digest("link")}
     tools.update({d: _distribution(d) or "none" for d in MANIFEST_DISTRIBUTIONS})
+    source = source_revision(top) if top is not None else None
     return {
+        **({"source": source} if source else {}),
         "kernels": sorted(f"{k.arch}/{k.folder}" for k in kernels),
         "toolchain": tools,
         "flags": {"stage_root": stage_root(),
                   "compile": {a: compile_flags(a) for a in archs},
                   "nvjitlink": {a: nvjitlink_options(LinkOptions(a)) for a in archs}},
     }
+
+
+def build_files(top: Path) -> dict[str, Path]:
+    """The build's own files, which a release depends on as much as on its sources:
+    SConstruct, the SCons tool and pyproject.toml (the pinned tools), by checkout path."""
+    paths = [top / "SConstruct", top / "pyproject.toml",
+             *sorted((top / "site_scons").rglob("*.py"))]
+    return {p.relative_to(top).as_posix(): p for p in paths if p.is_file()}
+
+
+def _git(top: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(top), *args], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def source_revision(top: Path) -> dict[str, Any] | None:
+    """``{"git": <commit>, "dirty": <tracked files differ from it>}`` when ``top`` is the
+    top of a git checkout with a commit; None otherwise (an unpacked tarball, or a
+    folder inside someone else's repository)."""
+    root = _git(top, "rev-parse", "--show-toplevel")
+    if not root or Path(root).resolve() != Path(top).resolve():
+        return None
+    head = _git(top, "rev-parse", "--verify", "HEAD")
+    status = _git(top, "status", "--porcelain", "--untracked-files=no")
+    if not head or status is None:
+        return None
+    return {"git": head, "dirty": bool(status)}
 
 
 def package_labels() -> dict[str, Path]:
@@ -405,7 +471,7 @@ def cmd_link(a: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelink.sconsrun",
+    p = argparse.ArgumentParser(prog="python -m pipelink.buildstep",
                                 description="build steps the SCons tool runs")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile one component into a PipeLink object")
@@ -428,13 +494,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (a CI timeout, a killed scons) unwinds like Ctrl-C: ``finally`` blocks
+    remove temporary files and nothing half-written is left."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    _exit_on_sigterm()
     try:
         return args.func(args)
     except PipeLinkError as exc:
         print(f"pipelink: {exc.kind}: {exc.render()}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C reaches every step scons runs: one line, no trace
+        print("pipelink: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

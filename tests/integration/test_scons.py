@@ -61,6 +61,7 @@ class Tree:
         ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
         root.mkdir(parents=True)
         shutil.copy(ROOT / "SConstruct", root)
+        shutil.copy(ROOT / "pyproject.toml", root)
         shutil.copytree(ROOT / "site_scons", root / "site_scons", ignore=ignore)
         shutil.copytree(ROOT / "pipelink", root / "pipelink", ignore=ignore)
         for name in COMPONENTS:
@@ -149,10 +150,10 @@ def test_dry_run_prints_one_line_per_step_or_full_commands(make_tree):
     assert "compile  tile_loader [cols=64 dtype=f32 rows=128] sm_90a" in quiet.out
     assert f"link     {RECIPE} sm_90a (linked) -> build/dev/sm_90a/{RECIPE}" in quiet.out
     verbose = tree.scons("-n", "VERBOSE=1")
-    assert re.search(r"-m pipelink\.sconsrun compile components/tile_loader/contract\.yaml "
+    assert re.search(r"-m pipelink\.buildstep compile components/tile_loader/contract\.yaml "
                      r"-o build/obj/sm_90a/tile_loader-\w+\.sm_90a\.o --arch sm_90a "
                      r"-p cols=64 -p dtype=f32 -p rows=128", verbose.out), verbose.out
-    assert "-m pipelink.sconsrun link recipes/pipeline_demo.yaml" in verbose.out
+    assert "-m pipelink.buildstep link recipes/pipeline_demo.yaml" in verbose.out
     assert tree.nvcc_compiles() == 0
 
 
@@ -310,6 +311,10 @@ def test_release_builds_in_two_folders_are_byte_identical(make_tree):
     assert f"recipes/{RECIPE}.yaml" in manifest["inputs"]
     assert "components/row_store/row_store.cu" in manifest["inputs"]
     assert "pipelink/compile.py" in manifest["inputs"]
+    for build_file in ("SConstruct", "pyproject.toml",
+                       "site_scons/site_tools/pipelink/__init__.py"):
+        assert build_file in manifest["inputs"], build_file
+    assert "source" not in manifest  # not a git checkout: no revision, and no guess
     assert manifest["toolchain"]["nvcc"] and manifest["flags"]["compile"]["sm_100a"]
     for path in dists[0].rglob("*"):
         if path.is_file():

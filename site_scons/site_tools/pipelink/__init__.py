@@ -12,15 +12,16 @@ Entry point, as the project's SConstruct uses it::
 Builders, each with an emitter and a ``*COMSTR``:
 
 - ``PipeLinkObject(obj, contract.yaml, PL_ARCH=..., PL_PARAMS={...})``: one component
-  for one arch and param set. The emitter adds the arch's source (scanned for
-  ``#include``: component folder, generated header, PipeLink's ABI headers), the
-  generated placement header, the embedded contract and params (a Value), and the tool
-  versions and package code the compile depends on (Values: SCons sees neither cicc nor
-  a change inside an imported module). A command action runs ``python -m
-  pipelink.sconsrun compile``: compiles run in parallel under ``-j``, and VERBOSE=1 shows
+  for one arch and param set. The emitter adds the arch's source, every file the
+  compile stages (the component's folder and the ABI headers its files include, as
+  :func:`pipelink.compile.object_inputs` defines them), the generated placement
+  header, the embedded contract and params (a Value), and the tool versions and
+  package code the compile depends on (Values: SCons sees neither cicc nor a change
+  inside an imported module). A command action runs ``python -m
+  pipelink.buildstep compile``: compiles run in parallel under ``-j``, and VERBOSE=1 shows
   a command one can rerun by hand.
-- ``PipeLinkHeader``: the generated header the scanner follows (the compile stages its
-  own copy, made by the same function).
+- ``PipeLinkHeader``: the generated header, for editors (the compile stages its own
+  copy, made by the same function).
 - ``PipeLinkLink(<dir>/<recipe>.cubin, recipe.yaml, PL_ARCH=..., PL_MODE=...)``: check ->
   place -> glue -> compile glue -> nvJitLink in one subprocess. The emitter plans the
   recipe (every recipe error surfaces here, before anything compiles), declares its
@@ -54,17 +55,16 @@ import SCons.Action
 import SCons.Builder
 import SCons.CacheDir
 import SCons.Errors
+import SCons.exitfuncs
 import SCons.Node
-import SCons.Scanner
 import SCons.Script
 from SCons.Environment import Base as Env
 from SCons.Node import Node
 
-CUDA_SUFFIXES = [".cu", ".cuh", ".h", ".hpp", ".inl"]
-INCLUDE_RE = r'^[ \t]*#[ \t]*include[ \t]*(<|")([^>"]+)(>|")'  # as SCons's CScanner
 # Environment variables the build steps see: the toolchain lookup (PATH, CUDA_HOME), the
 # host compiler nvcc calls and where temporary files go; nothing else leaks in.
 PASS_ENV = ("PATH", "HOME", "TMPDIR", "CUDA_HOME", "LD_LIBRARY_PATH")
+_registered: set[Callable[[], None]] = set()  # exit handlers, once per process
 
 
 def _library() -> ModuleType:
@@ -84,7 +84,7 @@ def _library() -> ModuleType:
 
 
 lib = _library()
-from pipelink.compile import INCLUDE_DIR  # noqa: E402  (after the name is handed back)
+buildcache = lib.buildcache
 from pipelink.contract import canonical_json  # noqa: E402
 from pipelink.objfile import write_atomic  # noqa: E402
 from pipelink.recipe import ComponentIndex  # noqa: E402
@@ -92,27 +92,6 @@ from pipelink.recipe import ComponentIndex  # noqa: E402
 
 def _node_plan(target: list[Node]) -> Any:
     return target[0].attributes.pipelink
-
-
-# -- scanner ---------------------------------------------------------------------------
-
-def _include_path(env: Env, cwd: Any, target: list[Node] | None = None,
-                  source: list[Node] | None = None, argument: Any = None) -> tuple:
-    """Include folders of the object being scanned, recorded by the object emitter."""
-    return target[0].attributes.pipelink_cpppath if target else ()
-
-
-class _CudaScanner(SCons.Scanner.ClassicCPP):
-    """SCons's C include scanner over a component's own include path."""
-
-    def __init__(self) -> None:
-        super().__init__("PipeLinkCudaScanner", CUDA_SUFFIXES, "PIPELINK_CPPPATH", INCLUDE_RE)
-        self.path_function = _include_path
-
-
-_CUDA_SCANNER = _CudaScanner()
-SOURCE_SCANNER = SCons.Scanner.ScannerBase({s: _CUDA_SCANNER for s in CUDA_SUFFIXES},
-                                           name="PipeLinkSourceScanner")
 
 
 # -- emitters ----------------------------------------------------------------------------
@@ -138,15 +117,16 @@ def _object_emitter(target: list[Node], source: list[Node], env: Env) -> tuple[l
     folder = contract.dir
     obj = target[0]
     obj.attributes.pipelink = plan
-    obj.attributes.pipelink_cpppath = (header.dir, folder, env.Dir(str(INCLUDE_DIR)))
     versions = lib.compile_versions(cutlass=plan.uses_cutlass)
     sources = [contract, folder.File(str(plan.source.relative_to(plan.folder))), header,
                _value(env, plan.embedded()), _value(env, {"versions": versions}),
                _value(env, {"code": lib.code_digest("compile")}),
                _value(env, {"stage_root": lib.stage_root(),
                             "flags": lib.compile_flags(plan.arch)})]
-    # The compile stages the whole folder, and the object records its hash.
-    env.Depends(obj, [folder.File(f) for f in plan.files])
+    # What the compile stages, as the library defines it (compile.object_inputs): the
+    # whole folder (the object records its hash) and the ABI headers it includes.
+    env.Depends(obj, [folder.File(f) for f in plan.files] +
+                [env.File(str(h)) for h in plan.headers])
     return target, sources
 
 
@@ -310,10 +290,11 @@ def PipeLinkRelease(env: Env, kernels: list[list[Node]], dist: Any) -> list[Node
             for f in ["contract.yaml", *o.files]:
                 path = o.folder / f
                 inputs[_relative(env, path)] = env.File(str(path))
-    for label, path in lib.package_labels().items():
+    top = Path(env.Dir("#").abspath)
+    for label, path in {**lib.package_labels(), **lib.build_files(top)}.items():
         inputs[label] = env.File(str(path))
     labels = {"inputs": sorted(inputs), "outputs": sorted(outputs),
-              "meta": lib.manifest_meta(plans)}
+              "meta": lib.manifest_meta(plans, top=top)}
     sources = [_value(env, labels)] + [inputs[k] for k in labels["inputs"]] + \
               [outputs[k] for k in labels["outputs"]]
     manifest = env.PipeLinkManifest(dist.File("manifest.json"), sources)
@@ -322,13 +303,69 @@ def PipeLinkRelease(env: Env, kernels: list[list[Node]], dist: Any) -> list[Node
 
 
 class PipeLinkCacheDir(SCons.CacheDir.CacheDir):
-    """SCons's cache, remembering which nodes it handed out (for the summary)."""
+    """SCons's cache, checked (:mod:`pipelink.buildcache`): each entry against the hash
+    recorded when it was pushed and against what the file says of itself. A bad entry
+    is discarded and its target rebuilt, then pushed in its place. Remembers which
+    nodes it handed out (for the summary)."""
 
     def retrieve(self, node: Node) -> bool:
-        if super().retrieve(node):
-            node.attributes.pipelink_from_cache = True
-            return True
-        return False
+        if not self.is_enabled() or _inputs_pending(node):
+            return False
+        _, entry = self.cachepath(node)
+        if entry and os.path.exists(entry):
+            problem = buildcache.entry_problem(entry, node.name) or \
+                self._sibling_problem(node, entry)
+            if problem:
+                self._refuse(node, entry, problem)
+                return False
+        if not super().retrieve(node):
+            return False
+        if SCons.Action.execute_actions and not os.path.islink(entry):
+            # The copy, too: what this build uses is what was checked.
+            if buildcache.file_sha256(node.get_abspath()) != buildcache.recorded(entry):
+                os.unlink(node.get_abspath())
+                self._refuse(node, entry, "the copy differs from its recorded hash")
+                return False
+        node.attributes.pipelink_from_cache = True
+        return True
+
+    def push(self, node: Node) -> Any:
+        if self.is_readonly() or not self.is_enabled():
+            return None
+        _, entry = self.cachepath(node)
+        if os.path.exists(entry):
+            if buildcache.entry_problem(entry, node.name) is None:
+                return None
+            buildcache.discard(entry)  # SCons never replaces an entry that exists
+        path = node.get_abspath()
+        problem = buildcache.content_problem(node.name, Path(path).read_bytes())
+        if problem:
+            print(f"pipelink: warning: {node}: not cached ({problem})", file=sys.stderr)
+            return None
+        buildcache.record(entry, buildcache.file_sha256(path))
+        return super().push(node)
+
+    def _sibling_problem(self, node: Node, entry: str) -> str | None:
+        """A cubin against the kernel.json cached with it (when that one is sound)."""
+        if not node.name.endswith(".cubin") or node.get_executor() is None:
+            return None
+        for t in node.get_executor().get_all_targets():
+            if t.name == "kernel.json":
+                _, meta = self.cachepath(t)
+                if meta and os.path.exists(meta) and \
+                        buildcache.entry_problem(meta, t.name) is None:
+                    return buildcache.cubin_problem(Path(entry).read_bytes(),
+                                                    Path(meta).read_bytes())
+        return None
+
+    def _refuse(self, node: Node, entry: str, problem: str) -> None:
+        if self.is_readonly():
+            action = "not used (the cache is read-only here)"
+        else:
+            buildcache.discard(entry)
+            action = "discarded"
+        print(f"pipelink: warning: cache entry for {node}: {problem}; {action}, rebuilding",
+              file=sys.stderr)
 
 
 class ReadOnlyCacheDir(PipeLinkCacheDir):
@@ -400,6 +437,35 @@ def PipeLinkSummary(env: Env, kernels: list[list[Node]],  # noqa: N802
     atexit.register(report)
 
 
+def _inputs_pending(node: Node) -> bool:
+    """Under ``scons -n``, a target whose inputs would be rebuilt first: its cache entry
+    is keyed by their old content, so "retrieved" would be a guess."""
+    return not SCons.Action.execute_actions and any(
+        c.is_derived() and c.get_state() == SCons.Node.executed for c in node.children())
+
+
+def _dry_run_decider(dependency: Node, target: Node, prev_ni: Any,
+                     repo_node: Node | None = None) -> bool:
+    """``scons -n`` builds nothing, so an object it would recompile keeps its old content
+    and SCons would call the link up to date; a dependency it would rebuild counts as
+    changed instead, and the dry run lists the relinks a real build runs."""
+    if dependency.is_derived() and dependency.get_state() == SCons.Node.executed:
+        return True
+    return dependency.changed_content(target, prev_ni, repo_node)
+
+
+def _exit_130_if_interrupted() -> None:
+    """Ctrl-C ends the build with 130, as an interrupted command does in a shell (SCons
+    itself says 2, the status of a failed build). Runs at exit, after SCons has written
+    its .sconsign and printed "Build interrupted."; runs SCons's own exit functions
+    (temporary files of long command lines) before leaving, since os._exit skips them."""
+    if any(f.errstr == "Build interrupted." for f in SCons.Script.GetBuildFailures()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        SCons.exitfuncs._run_exitfuncs()
+        os._exit(130)
+
+
 # -- the tool -------------------------------------------------------------------------------
 
 def generate(env: Env) -> None:
@@ -408,9 +474,9 @@ def generate(env: Env) -> None:
         PIPELINK_BUILD="#build",
         PIPELINK_OBJDIR="$PIPELINK_BUILD/obj",
         PIPELINK_INCDIR="$PIPELINK_BUILD/include",
-        PIPELINK_OBJCOM="$( $PIPELINK_PYTHON $) -m pipelink.sconsrun compile $SOURCE "
+        PIPELINK_OBJCOM="$( $PIPELINK_PYTHON $) -m pipelink.buildstep compile $SOURCE "
                         "-o $TARGET $_PIPELINK_OBJECT_ARGS",
-        PIPELINK_LINKCOM="$( $PIPELINK_PYTHON $) -m pipelink.sconsrun link "
+        PIPELINK_LINKCOM="$( $PIPELINK_PYTHON $) -m pipelink.buildstep link "
                          "$_PIPELINK_LINK_ARGS",
         _PIPELINK_OBJECT_ARGS=_object_args,
         _PIPELINK_LINK_ARGS=_link_args,
@@ -440,7 +506,7 @@ def generate(env: Env) -> None:
         action=SCons.Action.Action(_write_header, "$PIPELINK_HEADERCOMSTR"))
     env["BUILDERS"]["PipeLinkObject"] = SCons.Builder.Builder(
         action=SCons.Action.Action("$PIPELINK_OBJCOM", "$PIPELINK_OBJCOMSTR"),
-        emitter=_object_emitter, source_scanner=SOURCE_SCANNER)
+        emitter=_object_emitter)
     env["BUILDERS"]["PipeLinkLink"] = SCons.Builder.Builder(
         action=SCons.Action.Action("$PIPELINK_LINKCOM", "$PIPELINK_LINKCOMSTR"),
         emitter=_link_emitter)
@@ -448,6 +514,11 @@ def generate(env: Env) -> None:
         action=SCons.Action.Action(_write_header, "$PIPELINK_INDEXCOMSTR"))
     env["BUILDERS"]["PipeLinkManifest"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_write_manifest, "$PIPELINK_MANIFESTCOMSTR"))
+    if SCons.Script.GetOption("no_exec"):
+        env.Decider(_dry_run_decider)
+    if _exit_130_if_interrupted not in _registered:
+        _registered.add(_exit_130_if_interrupted)
+        atexit.register(_exit_130_if_interrupted)
     env.AddMethod(PipeLinkKernel)
     env.AddMethod(PipeLinkKernels)
     env.AddMethod(PipeLinkRelease)
