@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipelink.runtime import read_kernel_folder
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENTS = ("tile_loader", "row_reduce", "row_store", "neighbor_sum")
 RECIPE = "pipeline_demo"
@@ -320,3 +322,7 @@ def test_release_builds_in_two_folders_are_byte_identical(make_tree):
         if path.is_file():
             data = path.read_bytes()
             assert str(dists[0].parent).encode() not in data, path
+    # The runtime loads a release folder as it is: its cubin checks against kernel.json.
+    for arch in ("sm_90a", "sm_100a"):
+        meta, cubin = read_kernel_folder(dists[0] / arch / RECIPE)
+        assert meta["arch"] == arch and cubin.startswith(b"\x7fELF")
