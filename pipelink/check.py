@@ -138,7 +138,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     lanes = _lanes(recipe, bound, transfers, problems)
     problems.raise_if_any()
     work = _work_ring(bound, transfers, lanes, scheduler, problems)
-    _check_trip_counts(recipe, bound, transfers, work, problems)
+    _check_trip_counts(recipe, bound, transfers, problems)
     problems.raise_if_any()
     workspace, workspace_bytes = _workspace(bound)
     problem = _problem(recipe, arch, bound, transfers, lanes, problems)
@@ -222,7 +222,7 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
             if port.dir == "in" and end not in fed:
                 problems.add(f"instances.{name}",
                              f"input port '{end}' ({port.kind}, "
-                             f"{port.dtype or port.spec.get('record', 'record')}) of component "
+                             f"{port.dtype or ', '.join(record_fields(port.spec))}) of component "
                              f"'{b.name}' is not connected",
                              f"add 'producer.port -> {end}' under connect:")
             if port.kind == "work" and port.dir == "out" \
@@ -508,8 +508,7 @@ def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes
 
 
 def _check_trip_counts(recipe: Recipe, bound: dict[str, BoundContract],
-                       transfers: list[Transfer], work: WorkRing | None,
-                       problems: _Problems) -> None:
+                       transfers: list[Transfer], problems: _Problems) -> None:
     """Both ends of a ring hand over the same number of stages per work item: both take
     it from the work record, or both from runtime arguments bound to one expression.
     Two binds that disagree would leave one side waiting on a stage that never comes."""
@@ -522,13 +521,10 @@ def _check_trip_counts(recipe: Recipe, bound: dict[str, BoundContract],
         if any(not per for _, per in ends):
             continue
         key = f"connect[{t.index}]"
+        # per_tile: work implies a connected work port (the contract and the connection
+        # checks ensure it), so both ends here read records when either does.
         from_work = [per == PER_TILE_WORK for _, per in ends]
-        if any(from_work) and work is None:
-            problems.add(key, f"'{t.src} -> {t.dst}' takes its trip count from the work "
-                              "record (per_tile: work), but the kernel has no scheduler",
-                         "add a scheduler instance (e.g. tile_scheduler) and connect its "
-                         "work port to every looping role")
-        elif from_work[0] != from_work[1]:
+        if from_work[0] != from_work[1]:
             (a, pa), (b, pb) = ends
             problems.add(key, f"'{a}' hands over per_tile {pa} stages per work item, '{b}' "
                               f"takes per_tile {pb}: one ring, two trip counts",
@@ -688,7 +684,7 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
                                          b.eval(spec["threads"], f"named_barriers.{name}"),
                                          spec.get("fixed"), _live(spec),
                                          f"{where}: named_barriers.{name}"))
-        for name, port in sorted(b.contract.ports.items()):
+        for _, port in sorted(b.contract.ports.items()):
             if port.kind == "work" and port.dir == "out":
                 buffers += _work_buffers(b, inst, port)
         for name, spec in b.contract.section("tmem").items():
