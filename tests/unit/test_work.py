@@ -284,3 +284,15 @@ def test_refused(tree, case):
     text = str(info.value)
     for part in case.must:
         assert part in text, f"{part!r} not in:\n{text}"
+
+
+def test_inspect_shows_a_work_port_by_its_record(tmp_path, capsys):
+    from pipelink import cli
+    from pipelink.contract import contract_from_data
+    from pipelink.objfile import pack
+    bound = contract_from_data(scheduler(), "components/sched/contract.yaml").bind()
+    obj = tmp_path / "sched.o"
+    obj.write_bytes(pack(bound, "sm_90a", b"\x00LTO-IR\x00" * 8, source_sha256="0" * 64,
+                         toolchain={"nvcc": "13.0.88", "nvjitlink": "13.0"}))
+    assert cli.main(["inspect", str(obj)]) == 0
+    assert re.search(r"port work +out work gemm_tile role=schedule", capsys.readouterr().out)
