@@ -9,6 +9,7 @@ No compiler is needed: the glue text is checked as text.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ _SCHEDULER: dict[str, Any] = {
 
 
 def scheduler() -> dict[str, Any]:
-    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in _SCHEDULER.items()}
+    return copy.deepcopy(_SCHEDULER)
 
 
 def work_loader() -> dict[str, Any]:
