@@ -136,6 +136,20 @@ def test_glue_reads_the_ring_before_each_role_entry(tree):
     assert "blockIdx.x), int32_t(blockIdx.y)" not in text
 
 
+def test_a_generated_converter_consumes_the_ring_and_counts_stages_per_record(tree):
+    recipe = work_recipe()
+    recipe["instances"]["load"] = {"component": "loader", "params": {"dtype": "f32"}}
+    kernel = _write(tree, _fitting(), recipe)
+    assert [t.kind for t in kernel.transfers if str(t.dst) == "reduce.x"] == ["conversion"]
+    assert kernel.work.consumers[-1] == "cvt_reduce_x"
+    assert kernel.work.arrivals == 1 + 4 + 4          # loader, reducer+store, converter warps
+    text = glue.generate(kernel, place_kernel(kernel))
+    assert text.count("pl::work_wait(pl_work_sched, work)") == 3
+    _in_order(text, ["pl::work_wait(pl_work_sched, work);", "if (!tile.is_valid()) break;",
+                     "for (uint32_t i = 0; i < tile.k_tiles(); ++i)", "pl_convert_stage<float, "
+                     "__nv_bfloat16"])
+
+
 def test_without_a_scheduler_each_cta_gets_one_record_from_blockidx(tree):
     tree.toy()
     kernel = tree.check(tree.recipe(toy_recipe()))
