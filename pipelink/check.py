@@ -488,6 +488,11 @@ def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes
                 problems.add(f"instances.{scheduler}",
                              f"scheduler role '{scheduler}.{port.role}' shares warps with "
                              f"{lane.name}", "a scheduler role runs alone in its warp")
+            if lane.warps != 1:
+                problems.add(f"instances.{scheduler}",
+                             f"scheduler role '{scheduler}.{port.role}' ({b.name}) runs in "
+                             f"{lane.warps} warps", f"{b.contract.path}: roles.{port.role}: "
+                                                    "a scheduler role is one warp (warps: 1)")
             continue
         for inst, role in lane.members:
             if (inst, role) not in readers:

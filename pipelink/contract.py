@@ -393,7 +393,7 @@ def _check_references(c: Contract) -> None:
 
 
 def _check_work_ports(c: Contract) -> None:
-    """A work out port belongs to a one-warp scheduler role; a work in port names its
+    """A work out port belongs to a scheduler; a work in port names its
     record or the fields it reads; a ring whose trip count is the record's k range
     belongs to a role that reads that range."""
     for port in c.ports.values():
@@ -408,11 +408,6 @@ def _check_work_ports(c: Contract) -> None:
                 raise ContractError(f"work out port '{port.name}' in a component that is "
                                     "not a scheduler", where=c.where(key),
                                     hint="add kind: scheduler at the top of the contract")
-            warps = c.roles[port.role].warps
-            if warps != 1:
-                raise ContractError(f"role '{port.role}' produces work records and runs in "
-                                    f"{warps!r} warps", where=c.where(f"roles.{port.role}.warps"),
-                                    hint="a scheduler role is one warp (warps: 1)")
         if port.spec.get("per_tile") == PER_TILE_WORK:
             readers = [p for p in c.ports.values()
                        if p.kind == "work" and p.dir == "in" and p.role == port.role

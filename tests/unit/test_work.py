@@ -270,10 +270,10 @@ CASES = [
           "kind: scheduler"),
          contracts=_set("store", "ports.ring", {"dir": "out", "kind": "work",
                                                 "record": "gemm_tile", "stages": 2})),
-    Case("scheduler_role_of_two_warps", ContractError,
-         ("components/sched/contract.yaml: roles.schedule.warps", "runs in 2 warps",
-          "warps: 1"),
-         contracts=_set("sched", "roles.schedule.warps", 2)),
+    Case("scheduler_role_of_two_warps", CheckError,
+         (f"{RECIPE}: instances.sched", "scheduler role 'sched.schedule' (sched) runs in 2 "
+          "warps", "components/sched/contract.yaml: roles.schedule", "warps: 1"),
+         contracts=_set("sched", "roles.schedule.warps", "2 * 1")),
     Case("per_tile_work_without_a_record", ContractError,
          ("components/reducer/contract.yaml: ports.x.per_tile", "reads no record with "
           "k_begin and k_end"),
