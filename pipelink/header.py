@@ -60,9 +60,7 @@ def _place_type(c: Contract, section: str, name: str) -> str:
         return "pl::RolePlace"
     if section == "ports":
         return "pl::PipePort" if c.ports[name].kind == "smem_pipeline" else "pl::GlobalPort"
-    if section == "counters":
-        return "uint32_t"   # byte offset of the first counter in the workspace
-    return "uint32_t"
+    return "uint32_t"   # offsets, ids, counts; a counter's byte offset in the workspace
 
 
 def arg_fields(bound: BoundContract) -> list[tuple[str, str]]:
