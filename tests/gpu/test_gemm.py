@@ -31,8 +31,8 @@ def test_matches_pytorch(build_dir, recipe, mode, m, n, k):
 
 def test_dynamic_scheduler_counter_restarts_every_launch_and_replay(build_dir):
     """gemm_dynamic claims tiles past the first wave from a workspace counter. More tiles
-    than SMs, several calls and graph replays, outputs poisoned each time: a counter
-    left at the last launch's value would leave NaN tiles behind."""
+    than SMs, several calls, then graph replays with the output poisoned before each: a
+    counter left at the last launch's value would leave NaN tiles behind."""
     import math
 
     import torch
