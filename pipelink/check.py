@@ -32,6 +32,7 @@ from .problem import (
 )
 from .recipe import Endpoint, Recipe
 from .schema import DTYPES
+from .work import PER_TILE_WORK, RECORD_ALIGN, RECORD_BYTES, RECORDS, record_fields
 
 MBARRIER_BYTES = 8
 MBARRIER_ALIGN = 8
@@ -80,6 +81,17 @@ class GlobalSlots:
 
 
 @dataclass(frozen=True)
+class WorkRing:
+    """The kernel's work ring: the scheduler's records, broadcast to every looping lane."""
+
+    producer: Endpoint             # the scheduler's work out port
+    lane: str                      # the scheduler role's lane
+    record: str                    # the record's C++ type
+    consumers: tuple[str, ...]     # lanes (and converters) that loop over the ring
+    arrivals: int                  # on each empty barrier: one per consuming warp
+
+
+@dataclass(frozen=True)
 class Kernel:
     recipe: Recipe
     arch: str
@@ -91,6 +103,7 @@ class Kernel:
     workspace_bytes: int
     problem: Problem
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    work: WorkRing | None = None
 
     def peer(self, inst: str, port: str) -> Transfer | None:
         """The transfer feeding an input port."""
@@ -131,11 +144,14 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     problems.raise_if_any()
     lanes = _lanes(recipe, bound, transfers, problems)
     problems.raise_if_any()
+    work = _work_ring(bound, transfers, lanes, scheduler, problems)
+    _check_trip_counts(recipe, bound, transfers, problems)
+    problems.raise_if_any()
     workspace, workspace_bytes = _workspace(bound)
     problem = _problem(recipe, arch, bound, transfers, lanes, problems)
     problems.raise_if_any()
     return Kernel(recipe, arch, bound, tuple(transfers), tuple(lanes), scheduler, workspace,
-                  workspace_bytes, problem, tuple(problems.warnings))
+                  workspace_bytes, problem, tuple(problems.warnings), work)
 
 
 def _check_instances(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
@@ -221,11 +237,18 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
             end = Endpoint(name, port.name)
             if port.dir == "in" and end not in fed:
                 problems.add(f"instances.{name}",
-                             f"input port '{end}' ({port.kind}, {port.dtype}) of component "
+                             f"input port '{end}' ({port.kind}, "
+                             f"{port.dtype or ', '.join(record_fields(port.spec))}) of component "
                              f"'{b.name}' is not connected",
                              f"add 'producer.port -> {end}' under connect:")
             connected = any(t.src == end for t in transfers)
-            if port.dir == "out" and port.kind == "smem_pipeline" and not connected \
+            if port.kind == "work" and port.dir == "out" \
+                    and not any(c.src == end for c in recipe.connections):
+                problems.add(f"instances.{name}",
+                             f"work ring '{end}' of scheduler '{b.name}' has no consumer: "
+                             "no role would run", f"connect '{end} -> <instance>.work' for "
+                                                  "every looping role")
+            elif port.dir == "out" and port.kind == "smem_pipeline" and not connected \
                     and not any(c.src == end for c in recipe.connections):
                 problems.add(f"instances.{name}",
                              f"output ring '{end}' ({b.name}) has no consumer: its producer "
@@ -261,6 +284,8 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
         problems.add(conn.key, f"{pair}: port kinds differ: {src.kind} vs {dst.kind}",
                      "connect ports of the same kind")
         return None
+    if src.kind == "work":
+        return _work_kind(conn.key, pair, src, dst, problems)
     differs = {f: (_field(sb, src, f), _field(db, dst, f))
                for f in ("dtype", "shape", "layout", "count")
                if _field(sb, src, f) != _field(db, dst, f)}
@@ -308,6 +333,23 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
               "a generated conversion handles dtypes " + "/".join(sorted(CONVERTIBLE_DTYPES))
               + " and layouts " + "/".join(sorted(CONVERTIBLE_LAYOUTS)))
     return None
+
+
+def _work_kind(key: str, pair: str, src: Port, dst: Port, problems: _Problems) -> str | None:
+    """A consumer understands the record when it names the same record type, or lists
+    only fields the producer's record has."""
+    if "record" in dst.spec and dst.spec["record"] != src.spec["record"]:
+        problems.add(key, f"{pair}: field 'record' differs: {src.spec['record']} vs "
+                          f"{dst.spec['record']}",
+                     "the consumer must read the record its scheduler produces")
+        return None
+    missing = [f for f in record_fields(dst.spec) if f not in record_fields(src.spec)]
+    if missing:
+        problems.add(key, f"{pair}: the consumer reads field(s) {', '.join(missing)}, which "
+                          f"record {src.spec['record']} does not have",
+                     f"{src.spec['record']} has: {', '.join(record_fields(src.spec))}")
+        return None
+    return "work"
 
 
 def _mismatch(problems: _Problems, key: str, pair: str, differs: dict[str, tuple],
@@ -617,6 +659,88 @@ def _scheduler(bound: dict[str, BoundContract], problems: _Problems) -> str | No
     return schedulers[0] if schedulers else None
 
 
+def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes: list[Lane],
+               scheduler: str | None, problems: _Problems) -> WorkRing | None:
+    """With a scheduler, every other lane loops over its ring: each role of such a lane
+    reads the record through a connected work port (so the checker has proved it
+    understands it), and every warp of the lane, and of each converter, arrives once
+    per record on the ring's empty barrier."""
+    if scheduler is None:
+        return None
+    b = bound[scheduler]
+    port = next(p for p in b.contract.ports.values() if p.kind == "work" and p.dir == "out")
+    producer = Endpoint(scheduler, port.name)
+    own = (scheduler, port.role)
+    readers = {(t.dst.instance, bound[t.dst.instance].contract.ports[t.dst.port].role)
+               for t in transfers if t.kind == "work" and t.src == producer}
+    consumers, arrivals, lane_of_scheduler = [], 0, ""
+    for lane in lanes:
+        if own in lane.members:
+            lane_of_scheduler = lane.name
+            if len(lane.members) > 1:
+                problems.add(f"instances.{scheduler}",
+                             f"scheduler role '{scheduler}.{port.role}' shares warps with "
+                             f"{lane.name}", "a scheduler role runs alone in its warp")
+            if lane.warps != 1:
+                problems.add(f"instances.{scheduler}",
+                             f"scheduler role '{scheduler}.{port.role}' ({b.name}) runs in "
+                             f"{lane.warps} warps", f"{b.contract.path}: roles.{port.role}: "
+                                                    "a scheduler role is one warp (warps: 1)")
+            continue
+        for inst, role in lane.members:
+            if (inst, role) not in readers:
+                problems.add(f"instances.{inst}",
+                             f"role '{inst}.{role}' ({bound[inst].name}) runs once per work "
+                             f"item of '{producer}' but reads no work record",
+                             f"declare 'work: {{dir: in, kind: work, record: "
+                             f"{port.spec['record']}}}' for the role and connect "
+                             f"'{producer} -> {inst}.work'")
+        consumers.append(lane.name)
+        arrivals += lane.warps
+    for t in transfers:
+        if t.kind == "conversion":
+            consumers.append(t.converter)
+            arrivals += CONVERTER_WARPS
+    return WorkRing(producer, lane_of_scheduler, RECORDS[port.spec["record"]][0],
+                    tuple(consumers), arrivals)
+
+
+def _check_trip_counts(recipe: Recipe, bound: dict[str, BoundContract],
+                       transfers: list[Transfer], problems: _Problems) -> None:
+    """Both ends of a ring hand over the same number of stages per work item: both take
+    it from the work record, or both from runtime arguments bound to one expression.
+    Two binds that disagree would leave one side waiting on a stage that never comes."""
+    binds = {str(k): str(v) for k, v in recipe.launch.get("bind", {}).items()}
+    for t in transfers:
+        if t.kind not in ("zero_copy", "conversion"):
+            continue
+        ends = [(e, str(bound[e.instance].contract.ports[e.port].spec.get("per_tile", "")))
+                for e in (t.src, t.dst)]
+        if any(not per for _, per in ends):
+            continue
+        key = f"connect[{t.index}]"
+        # per_tile: work implies a connected work port (the contract and the connection
+        # checks ensure it), so both ends here read records when either does.
+        from_work = [per == PER_TILE_WORK for _, per in ends]
+        if from_work[0] != from_work[1]:
+            (a, pa), (b, pb) = ends
+            problems.add(key, f"'{a}' hands over per_tile {pa} stages per work item, '{b}' "
+                              f"takes per_tile {pb}: one ring, two trip counts",
+                         "let both ends take it from the work record (per_tile: work): the "
+                         "scheduler's k_tiles, bound once")
+        elif not any(from_work) and all(per.startswith("args.") for _, per in ends):
+            named = [(f"{e.instance}.{per[5:]}", binds.get(f"{e.instance}.{per[5:]}"))
+                     for e, per in ends]
+            (ka, va), (kb, vb) = named
+            if va is not None and vb is not None and va != vb:
+                problems.add(f"launch.bind.{kb}",
+                             f"'{ka}' is bound to '{va}' and '{kb}' to '{vb}': both count "
+                             f"the stages of one ring ('{t.src} -> {t.dst}')",
+                             "bind them to one expression, or let the trip count travel "
+                             "with the work (per_tile: work, k_tiles bound once on the "
+                             "scheduler)")
+
+
 def _lanes(recipe: Recipe, bound: dict[str, BoundContract], transfers: list[Transfer],
            problems: _Problems) -> list[Lane]:
     """Union of component roles joined by register hand-offs, producers first."""
@@ -697,6 +821,13 @@ def _workspace(bound: dict[str, BoundContract]) -> tuple[dict[str, GlobalSlots],
         g = out[key]
         out[key] = GlobalSlots(g.slot_offset, g.slot_bytes, offset, slots)
         offset = _align(offset + 4 * slots, WORKSPACE_ALIGN)
+    # Contract counters (a dynamic scheduler's tile counter): zeroed per launch like
+    # the hand-off counters, keyed "inst.counter.name".
+    for inst, b in bound.items():
+        for name, count in sorted(b.contract.section("counters").items()):
+            slots = b.eval(count, f"counters.{name}")
+            out[f"{inst}.counter.{name}"] = GlobalSlots(offset, 0, offset, slots)
+            offset = _align(offset + 4 * slots, WORKSPACE_ALIGN)
     return out, offset
 
 
@@ -751,6 +882,9 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
                                          b.eval(spec["threads"], f"named_barriers.{name}"),
                                          spec.get("fixed"), _live(spec),
                                          f"{where}: named_barriers.{name}"))
+        for _, port in sorted(b.contract.ports.items()):
+            if port.kind == "work" and port.dir == "out":
+                buffers += _work_buffers(b, inst, port)
         for name, spec in b.contract.section("tmem").items():
             tmem.append(TmemAlloc(f"{inst}.{name}", _sized(b, inst, spec["columns"],
                                                            f"tmem.{name}.columns"),
@@ -809,6 +943,19 @@ def _stage_ties(bound: dict[str, BoundContract], t: Transfer) -> list[tuple[str,
         return f"{end.instance}.{stages}" if stages in b.contract.tunables else None
     a, b = tunable(t.src), tunable(t.dst)
     return [(a, b)] if a and b else []
+
+
+def _work_buffers(b: BoundContract, inst: str, port: Port) -> list[Buffer]:
+    """The work ring's records and its full/empty mbarriers, sized by its stages."""
+    stages, key = port.spec["stages"], f"ports.{port.name}.stages"
+    source = f"{b.contract.path}: ports.{port.name} (work ring)"
+    return [
+        Buffer(f"{inst}.{port.name}.records", _sized(b, inst, f"({stages})*{RECORD_BYTES}", key),
+               RECORD_ALIGN, None, source),
+        *(Buffer(f"{inst}.mbar.{port.name}.{bar}",
+                 _sized(b, inst, f"({stages})*{MBARRIER_BYTES}", key), MBARRIER_ALIGN, None,
+                 source) for bar in ("full", "empty")),
+    ]
 
 
 def _converter_buffers(bound: dict[str, BoundContract], t: Transfer) -> list[Buffer]:

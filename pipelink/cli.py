@@ -96,7 +96,8 @@ def cmd_inspect(a: argparse.Namespace) -> int:
         print(f"  {key:<28} {json.dumps(value, sort_keys=True)}")
     for port in bound.contract.ports.values():
         fields = {k: v for k, v in port.spec.items()}
-        dtype = bound.dtype(port.dtype, f"ports.{port.name}.dtype")
+        dtype = (bound.dtype(port.dtype, f"ports.{port.name}.dtype") if port.kind != "work"
+                 else port.spec.get("record", "record"))   # a work port carries records
         print(f"  port {port.name:<10} {port.dir} {port.kind} {dtype} role={port.role} "
               f"{json.dumps(fields, sort_keys=True)}")
     return 0

@@ -22,6 +22,7 @@ import jsonschema
 from . import expr, yamlload
 from .errors import ContractError
 from .schema import C_IDENT, CONNECTION, CONTRACT_SCHEMA, IDENT, PARAM_STRING, Validator
+from .work import K_RANGE_FIELDS, PER_TILE_WORK, record_fields
 from .yamlload import clip
 
 WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma"}
@@ -260,15 +261,13 @@ class BoundContract:
         return f"{entry}_{self.params_hash()}"
 
     def entries(self) -> dict[str, str]:
-        """Source-level entry name of each role (and 'tile' for a scheduler)."""
+        """Source-level entry name of each role and of its init/tail hooks."""
         out = {r.name: r.entry for r in self.contract.roles.values()}
         for r in self.contract.roles.values():
             if r.init:
                 out[f"{r.name}.init"] = f"{r.entry}_init"
             if r.tail:
                 out[f"{r.name}.tail"] = f"{r.entry}_tail"
-        if self.contract.kind == "scheduler":
-            out["tile"] = f"pl_{self.name}_tile"
         return out
 
     def dtype(self, value: str, key: str) -> str:
@@ -359,8 +358,11 @@ def contract_from_data(data: Any, where: str) -> Contract:
             raise ContractError(f"port '{pname}' names role '{role}', which is not declared",
                                 where=f"{where}: ports.{pname}.role",
                                 hint="roles: " + ", ".join(sorted(roles)))
+        if "dtype" not in spec and spec["kind"] != "work":
+            raise ContractError(f"{spec['kind']} port '{pname}' needs 'dtype'",
+                                where=f"{where}: ports.{pname}")
         rest = {k: v for k, v in spec.items() if k not in ("dir", "kind", "dtype", "role")}
-        ports[pname] = Port(pname, spec["dir"], spec["kind"], spec["dtype"], role, rest)
+        ports[pname] = Port(pname, spec["dir"], spec["kind"], spec.get("dtype", ""), role, rest)
     contract = Contract(name, where, data, roles, ports)
     _check_references(contract)
     _check_expressions(contract)
@@ -383,6 +385,8 @@ _PORT_NEEDS = {
     ("registers", "in"): ("count", "layout"),
     ("global", "out"): ("shape", "slots"),
     ("global", "in"): ("shape", "readers"),
+    ("work", "out"): ("record", "stages"),
+    ("work", "in"): (),
 }
 
 
@@ -408,11 +412,47 @@ def _check_references(c: Contract) -> None:
                         f"port '{port.name}' names mbarrier array '{port.spec[bar]}' as {bar}, "
                         "which is not under mbarriers", where=c.where(f"{key}.{bar}"),
                         hint="mbarriers: " + (", ".join(sorted(mbars)) or "none"))
+    _check_work_ports(c)
     for name in c.section("tmem"):
         if "sm_100a" not in c.archs:
             raise ContractError(f"tmem '{name}' needs sm_100a in arch",
                                 where=c.where(f"tmem.{name}"),
                                 hint="Tensor Memory exists on sm_100a only")
+
+
+def _check_work_ports(c: Contract) -> None:
+    """A work out port belongs to a scheduler; a work in port names its
+    record or the fields it reads; a ring whose trip count is the record's k range
+    belongs to a role that reads that range."""
+    for port in c.ports.values():
+        key = f"ports.{port.name}"
+        if port.kind == "work" and port.dir == "in" \
+                and ("record" in port.spec) == ("fields" in port.spec):
+            raise ContractError(f"work port '{port.name}' needs one of 'record' or 'fields'",
+                                where=c.where(key),
+                                hint="record: gemm_tile, or fields: [the fields it reads]")
+        if port.kind == "work" and port.dir == "out":
+            if c.kind != "scheduler":
+                raise ContractError(f"work out port '{port.name}' in a component that is "
+                                    "not a scheduler", where=c.where(key),
+                                    hint="add kind: scheduler at the top of the contract")
+        if port.spec.get("per_tile") == PER_TILE_WORK:
+            readers = [p for p in c.ports.values()
+                       if p.kind == "work" and p.dir == "in" and p.role == port.role
+                       and set(K_RANGE_FIELDS) <= set(record_fields(p.spec))]
+            if not readers:
+                raise ContractError(
+                    f"port '{port.name}' takes its trip count from the work record "
+                    f"(per_tile: work), but role '{port.role}' reads no record with "
+                    f"{' and '.join(K_RANGE_FIELDS)}", where=c.where(f"{key}.per_tile"),
+                    hint=f"declare a work in port for role '{port.role}' "
+                         "(e.g. work: {dir: in, kind: work, record: gemm_tile})")
+    if c.kind == "scheduler" and sum(p.kind == "work" and p.dir == "out"
+                                     for p in c.ports.values()) != 1:
+        raise ContractError(f"scheduler '{c.name}' must have exactly one work out port",
+                            where=c.where("ports"),
+                            hint="work: {dir: out, kind: work, record: gemm_tile, "
+                                 "stages: work_stages}")
 
 
 def _expressions(c: Contract):
@@ -440,16 +480,19 @@ def _expressions(c: Contract):
         for i, v in enumerate(p.spec.get("shape", [])):
             yield f"ports.{p.name}.shape[{i}]", v
         per_tile = p.spec.get("per_tile")
-        if per_tile is not None and not str(per_tile).startswith("args."):
+        if per_tile is not None and per_tile != PER_TILE_WORK \
+                and not str(per_tile).startswith("args."):
             yield f"ports.{p.name}.per_tile", per_tile
     for i, arg in enumerate(c.data.get("args", [])):
         for j, v in enumerate(arg.get("box", [])):
             yield f"args[{i}].box[{j}]", v
+    for name, count in c.section("counters").items():
+        yield f"counters.{name}", count
 
 
 def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
     """(key, dtype as written) of every port and argument."""
-    refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()]
+    refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values() if p.kind != "work"]
     refs += [(f"args[{i}].dtype", a["dtype"]) for i, a in enumerate(c.data.get("args", []))
              if "dtype" in a]
     return refs
@@ -458,7 +501,7 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 # Fields the checker, the placer and the header need as one number per object: they
 # may read params but no tunable.
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
-                           r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]"
+                           r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]|counters\.\w+"
                            r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers"
                            r"|shape\[\d+\])")
 
@@ -472,6 +515,7 @@ _RANGES = (
     (r"ports\.\w+\.(count|stages|arrivals|consumer_arrivals|slots|readers|shape\[\d+\])",
      1, None, "a port has at least one of each"),
     (r"smem\.\w+\.align", 1, None, "an alignment is a power of two"),
+    (r"counters\.\w+", 1, None, "a counters entry holds at least one counter"),
     (r"args\[\d+\]\.box\[\d+\]", 1, 256, "a TMA box spans 1..256 elements"),
     (r".*", 0, None, "sizes and counts are not negative"),
 )

@@ -3,7 +3,8 @@
 From the checked kernel and its placement it writes the per-instance placement
 constants, the kernel parameter struct, mbarrier initialisation (arrival counts from
 both sides of each port), the warp-role dispatch with one ``setmaxnreg`` per
-warpgroup branch, the work loop that calls each role's entry per tile, and the
+warpgroup branch, each role's work loop (the scheduler's, which fills the work ring,
+and every other lane's, which reads it and calls the role entries per record), and the
 transfers: zero-copy (the consumer's port is the producer's ring), register
 hand-offs (an array owned by the loop), generated conversions (a converter role
 with its own ring) and global hand-offs (workspace slots and counters).
@@ -30,6 +31,7 @@ from .compile import INCLUDE_DIR
 from .contract import BoundContract
 from .errors import GlueError
 from .problem import THREADS_PER_WARP, TMEM_MIN_COLUMNS, WARPGROUP_WARPS, Placement
+from .work import PER_TILE_WORK, RECORD_BYTES
 
 MBARRIER_BYTES = 8
 CONVERTER_THREADS = CONVERTER_WARPS * THREADS_PER_WARP
@@ -214,7 +216,20 @@ class _Glue:
                 w(f"__device__ const pl::PipePort pl_cvt_from_{t.converter} = {src};")
                 w(f'extern "C" __device__ const pl::PipePort pl_cvt_to_{t.converter};')
                 w(f"__device__ const pl::PipePort pl_cvt_to_{t.converter} = {dst};")
+        if self.k.work is not None:
+            w(f'extern "C" __device__ const pl::WorkRing {self.work_ring()};')
+            w(f"__device__ const pl::WorkRing {self.work_ring()} = {self.work_ring_value()};")
         w()
+
+    def work_ring(self) -> str:
+        return f"pl_work_{self.k.work.producer.instance}"
+
+    def work_ring_value(self) -> str:
+        inst, port = self.k.work.producer.instance, self.k.work.producer.port
+        records, size = self.p.smem[f"{inst}.{port}.records"]
+        full = self.p.smem[f"{inst}.mbar.{port}.full"][0]
+        empty = self.p.smem[f"{inst}.mbar.{port}.empty"][0]
+        return f"{{{records}, {full}, {empty}, {size // RECORD_BYTES}}}"
 
     def place_value(self, inst: str, b: BoundContract, key: str) -> str:
         section, name = key.split(".", 1)
@@ -233,6 +248,8 @@ class _Glue:
             return str(p.tmem[f"{inst}.{name}"][0])
         if section == "tunables":
             return str(p.tunables[f"{inst}.{name}"])
+        if section == "counters":
+            return str(self.k.workspace[f"{inst}.counter.{name}"].counter_offset)
         port = b.contract.ports[name]
         if port.dir == "out":
             return self.port_of(inst, name) if port.kind == "smem_pipeline" \
@@ -424,6 +441,14 @@ class _Glue:
                     arrivals = b.eval(spec.get("arrivals", 1) if isinstance(spec, dict) else 1,
                                       f"mbarriers.{name}.arrivals", self.tunables(inst))
                 out.append((offset, size // MBARRIER_BYTES, arrivals, what))
+        if self.k.work is not None:
+            inst, port = self.k.work.producer.instance, self.k.work.producer.port
+            full, size = self.p.smem[f"{inst}.mbar.{port}.full"]
+            empty = self.p.smem[f"{inst}.mbar.{port}.empty"][0]
+            # One lane of the scheduler fills a record; every consuming warp releases it.
+            out.append((full, size // MBARRIER_BYTES, 1, f"{inst}.{port} full"))
+            out.append((empty, size // MBARRIER_BYTES, self.k.work.arrivals,
+                        f"{inst}.{port} empty ({', '.join(self.k.work.consumers)})"))
         for t in self.k.transfers:
             if t.kind == "conversion":
                 full = self.p.smem[f"{t.converter}.mbar.full"][0]
@@ -500,8 +525,57 @@ class _Glue:
             b = self.k.bound[inst]
             w(f"{self.ns(b)}{header.type_names(b)[f'state.{role}']} st_{inst}_{role}{{}};")
         self.hooks(lane, "init")
+        if self.k.work is not None and lane_name == self.k.work.lane:
+            self.scheduler_loop(lane)
+        else:
+            self.work_loop(lane)
+        self.hooks(lane, "tail")
+        return None
+
+    def scheduler_loop(self, lane: Lane) -> None:
+        """One lane asks the scheduler for each record and commits it to the ring; the
+        end marker (an invalid record) is committed too, so every consumer sees it."""
+        w = self.w
+        inst, role = lane.members[0]
+        b = self.k.bound[inst]
+        ring = self.work_ring()
+        w.open("if (pl::lane() == 0)")
+        w("pl::WorkState work{};")
         w.open("for (uint32_t iteration = 0;; ++iteration)")
-        w(f"const pl::WorkTile tile = {self.next_tile()};")
+        w(f"const pl::WorkTile tile = {self.ns(b)}{b.symbol(b.contract.roles[role].entry)}("
+          f"pl_at_{inst}, args_{inst}, k, iteration, st_{inst}_{role});")
+        w(f"pl::work_acquire({ring}, work);")
+        w(f"pl::work_commit({ring}, work, tile);")
+        w(f"work.advance({ring});")
+        w("if (!tile.is_valid()) break;")
+        w.close()
+        w.close()
+        w("__syncwarp();  // the scheduler's warp reconverges before any later barrier")
+
+    def next_record(self) -> None:
+        """Declares `tile`, the next work record: read from the work ring (wait, read,
+        release) or, without a scheduler, this CTA's one tile from blockIdx."""
+        w = self.w
+        if self.k.work is None:
+            w("const pl::WorkTile tile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
+              "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0)};")
+            return
+        ring = self.work_ring()
+        w(f"const pl::WorkTile tile = pl::work_wait({ring}, work);")
+        w(f"pl::work_release({ring}, work);")
+        w(f"work.advance({ring});")
+
+    def open_loop(self) -> None:
+        if self.k.work is None:
+            self.w.open("for (uint32_t iteration = 0;; ++iteration)")
+        else:
+            self.w("pl::WorkState work{};")
+            self.w.open("for (;;)")
+
+    def work_loop(self, lane: Lane) -> None:
+        w = self.w
+        self.open_loop()
+        self.next_record()
         w("if (!tile.is_valid()) break;")
         arrays = self.register_arrays(lane)
         for decl in sorted(set(arrays.values())):
@@ -513,8 +587,6 @@ class _Glue:
             w(f"{self.ns(b)}{b.symbol(b.contract.roles[role].entry)}(pl_at_{inst}, "
               f"args_{inst}, k, tile, st_{inst}_{role}{regs});")
         w.close()
-        self.hooks(lane, "tail")
-        return None
 
     def hooks(self, lane: Lane, hook: str) -> None:
         for inst, role in lane.members:
@@ -523,14 +595,6 @@ class _Glue:
             if getattr(spec, hook):
                 self.w(f"{self.ns(b)}{b.symbol(spec.entry + '_' + hook)}(pl_at_{inst}, "
                        f"args_{inst}, k, st_{inst}_{role});")
-
-    def next_tile(self) -> str:
-        s = self.k.scheduler
-        if s is None:
-            return ("pl::WorkTile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
-                    "int32_t(blockIdx.z), int32_t(iteration == 0)}")
-        b = self.k.bound[s]
-        return f"{self.ns(b)}{b.symbol(f'pl_{b.name}_tile')}(pl_at_{s}, args_{s}, iteration)"
 
     def register_arrays(self, lane: Lane) -> dict[tuple[str, str], tuple[str, str]]:
         """(instance, port) -> (array name, declaration) for the lane's hand-offs."""
@@ -559,13 +623,17 @@ class _Glue:
         transpose = "true" if sport.spec["layout"] != dport.spec["layout"] else "false"
         slot = self.p.roles[t.converter]
         per_tile = str(sport.spec.get("per_tile", 1))
-        count = (f"args_{t.src.instance}.{per_tile[5:]}" if per_tile.startswith("args.")
-                 else str(sb.eval(per_tile, f"ports.{sport.name}.per_tile",
-                                  self.tunables(t.src.instance))))
+        if per_tile == PER_TILE_WORK:
+            count = "tile.k_tiles()"
+        elif per_tile.startswith("args."):
+            count = f"args_{t.src.instance}.{per_tile[5:]}"
+        else:
+            count = str(sb.eval(per_tile, f"ports.{sport.name}.per_tile",
+                                self.tunables(t.src.instance)))
         w("pl::PipeState from_state{}, to_state{};")
         w(f"const uint32_t thread = threadIdx.x - {slot.warp_base * THREADS_PER_WARP};")
-        w.open("for (uint32_t iteration = 0;; ++iteration)")
-        w(f"const pl::WorkTile tile = {self.next_tile()};")
+        self.open_loop()
+        self.next_record()
         w("if (!tile.is_valid()) break;")
         w.open(f"for (uint32_t i = 0; i < {count}; ++i)")
         w(f"pl_convert_stage<{from_t}, {to_t}, {transpose}, {rows}, {cols}>("

@@ -31,7 +31,7 @@ CXX_ARG: dict[str, str] = {
 # field per name in that section, so a port and its buffer may share a name.
 PLACE_SECTIONS = (("role", "roles"), ("smem", "smem"), ("mbar", "mbarriers"),
                   ("bar", "named_barriers"), ("tmem", "tmem"), ("tune", "tunables"),
-                  ("port", "ports"))
+                  ("port", "ports"), ("counter", "counters"))
 
 
 def place_fields(bound: BoundContract) -> list[tuple[str, list[tuple[str, str, str]]]]:
@@ -45,7 +45,8 @@ def place_fields(bound: BoundContract) -> list[tuple[str, list[tuple[str, str, s
         elif section == "tunables":
             names = sorted(c.tunables)
         elif section == "ports":
-            names = sorted(n for n, p in c.ports.items() if p.kind != "registers")
+            # The glue owns register hand-offs and the work ring.
+            names = sorted(n for n, p in c.ports.items() if p.kind not in ("registers", "work"))
         else:
             names = sorted(c.section(section))
         fields = [(_place_type(c, section, n), n, f"{section}.{n}") for n in names]
@@ -59,7 +60,7 @@ def _place_type(c: Contract, section: str, name: str) -> str:
         return "pl::RolePlace"
     if section == "ports":
         return "pl::PipePort" if c.ports[name].kind == "smem_pipeline" else "pl::GlobalPort"
-    return "uint32_t"
+    return "uint32_t"   # offsets, ids, counts; a counter's byte offset in the workspace
 
 
 def arg_fields(bound: BoundContract) -> list[tuple[str, str]]:
@@ -100,9 +101,18 @@ def type_names(bound: BoundContract) -> dict[str, str]:
     return names
 
 
+def schedules(bound: BoundContract, role: str) -> bool:
+    """Whether a role produces the kernel's work records (its entry returns one)."""
+    return any(p.kind == "work" and p.dir == "out" and p.role == role
+               for p in bound.contract.ports.values())
+
+
 def entry_signature(bound: BoundContract, role: str) -> str:
-    """Parameter list of a role's per-tile entry."""
+    """Parameter list of a role's per-tile entry (a scheduler role's: per record)."""
     t = type_names(bound)
+    if schedules(bound, role):
+        return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
+                f"uint32_t iteration, {t[f'state.{role}']}& st")
     regs = "".join(f", {ct} (&{n})[{k}]" for ct, n, k in register_ports(bound, role))
     return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
             f"const pl::WorkTile& tile, {t[f'state.{role}']}& st{regs}")
@@ -112,11 +122,6 @@ def hook_signature(bound: BoundContract, role: str) -> str:
     t = type_names(bound)
     return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
             f"{t[f'state.{role}']}& st")
-
-
-def scheduler_signature(bound: BoundContract) -> str:
-    t = type_names(bound)
-    return f"const {t['place']}& at, const {t['args']}& args, uint32_t iteration"
 
 
 def generate(bound: BoundContract) -> str:
@@ -159,7 +164,8 @@ def generate(bound: BoundContract) -> str:
         out.append(f"// Pipeline state of role '{role}', kept by the glue across work tiles.")
         out.append(f"struct {t[f'state.{role}']} {{")
         out += [f"  pl::PipeState {p};" for p in pipeline_ports(bound, role)]
-        out += ["};", f'extern "C" __device__ void {symbols[role]}'
+        returns = "pl::WorkTile" if schedules(bound, role) else "void"
+        out += ["};", f'extern "C" __device__ {returns} {symbols[role]}'
                       f"({entry_signature(bound, role)});"]
         aliases += [f"using pl_state_{name}_{role} = {t[f'state.{role}']};",
                     f"#undef {spec.entry}", f"#define {spec.entry} {symbols[role]}"]
@@ -170,10 +176,6 @@ def generate(bound: BoundContract) -> str:
                 aliases += [f"#undef {spec.entry}_{hook}",
                             f"#define {spec.entry}_{hook} {symbols[f'{role}.{hook}']}"]
         out.append("")
-    if c.kind == "scheduler":
-        out += [f'extern "C" __device__ pl::WorkTile {symbols["tile"]}'
-                f"({scheduler_signature(bound)});", ""]
-        aliases += [f"#undef pl_{name}_tile", f"#define pl_{name}_tile {symbols['tile']}"]
     out += ["// Plain names for the component's own source.", "#ifndef PL_GLUE", *aliases,
             "#endif", "", f"#endif  // {guard}", ""]
     return "\n".join(out)

@@ -11,6 +11,8 @@ from typing import Any
 
 import jsonschema
 
+from .work import RECORDS
+
 IDENT = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"}
 ARCHS = ["sm_90a", "sm_100a", "sm_120a"]
 DTYPES = ["f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "i32", "u32", "i8", "u8"]
@@ -44,18 +46,26 @@ def _map(value: dict[str, Any], description: str) -> dict[str, Any]:
 
 PORT = _obj({
     "dir": {"enum": ["in", "out"], "description": "out: this component produces"},
-    "kind": {"enum": ["smem_pipeline", "registers", "global"],
+    "kind": {"enum": ["smem_pipeline", "registers", "global", "work"],
              "description": "smem_pipeline: staged buffers with full/empty mbarriers; "
                             "registers: a fragment handed over in the same warps; "
-                            "global: a workspace slot with a release/acquire counter"},
+                            "global: a workspace slot with a release/acquire counter; "
+                            "work: the kernel's work ring (a scheduler's records, read by "
+                            "every looping role)"},
     "role": {**IDENT, "description": "the role whose entry sees this port (default: the only one)"},
-    "dtype": DTYPE_REF,
+    "dtype": {**DTYPE_REF, "description": DTYPE_REF["description"] + " (every kind "
+                                                                     "but work)"},
+    "record": {"enum": sorted(RECORDS), "description": "work: the record type (defined in "
+                                                       "pipelink/types.cuh)"},
+    "fields": {"type": "array", "items": IDENT, "minItems": 1, "uniqueItems": True,
+               "description": "work in: the record fields this role reads, instead of "
+                              "naming a record type"},
     "shape": {"type": "array", "items": EXPR, "minItems": 1, "maxItems": 4,
               "description": "tile shape of one stage (smem_pipeline, global)"},
     "layout": {"type": "string", "description": "row_major, col_major, sw128_kmajor, "
                                                 "or a named fragment layout"},
     "count": {**EXPR, "description": "registers: elements per thread"},
-    "stages": {**EXPR, "description": "smem_pipeline: ring depth"},
+    "stages": {**EXPR, "description": "smem_pipeline, work out: ring depth"},
     "buffer": {**IDENT, "description": "out smem_pipeline: the smem entry holding the stages"},
     "full": {**IDENT, "description": "out smem_pipeline: the mbarrier array signalling full"},
     "empty": {**IDENT, "description": "out smem_pipeline: the mbarrier array signalling empty"},
@@ -64,12 +74,13 @@ PORT = _obj({
     "consumer_arrivals": {**EXPR, "description": "out: arrivals on empty this producer "
                                                  "expects from all consumers together"},
     "tx_bytes": {**EXPR, "description": "bytes a TMA lands per stage (expect_tx)"},
-    "per_tile": {"description": "stages handed over per work tile: an expression or "
-                                "'args.NAME' for a runtime argument",
+    "per_tile": {"description": "stages handed over per work tile: an expression, "
+                                "'args.NAME' for a runtime argument, or 'work' for the "
+                                "record's k range (k_end - k_begin)",
                  "oneOf": [{"type": "integer"}, {"type": "string"}]},
     "slots": {**EXPR, "description": "global: number of slots in the workspace"},
     "readers": {**EXPR, "description": "global in: publishes a consumer waits for per slot"},
-}, ["dir", "kind", "dtype"])
+}, ["dir", "kind"])
 
 ARG = _obj({
     "name": {**IDENT, "description": "the field's name in the pl_args_<component> struct"},
@@ -85,7 +96,8 @@ ARG = _obj({
 CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "component": {**IDENT,
                   "description": "the component's name; entries are pl_<component>_<role>"},
-    "kind": {"enum": ["stage", "scheduler"], "description": "scheduler: provides work tiles"},
+    "kind": {"enum": ["stage", "scheduler"],
+             "description": "scheduler: produces the kernel's work records (a work out port)"},
     "description": {"type": "string", "description": "free text: what the component does"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the component compiles for"},
@@ -125,6 +137,9 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "static_smem": {**EXPR, "description": "bytes of static __shared__ variables the source "
                                            "declares (not placed, but counted against the "
                                            "block's limit; the linker checks the code)"},
+    "counters": _map(EXPR, "uint32 counters in the global workspace, zeroed before every "
+                           "launch (a dynamic scheduler's tile counter); the placement gives "
+                           "each one's byte offset"),
     "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
                 "minItems": 3, "maxItems": 3,
                 "description": "the thread-block cluster shape [x, y, z] the component needs"},

@@ -367,7 +367,7 @@ def verify_folded(ptx: str, kernel: Kernel) -> None:
     calls = [line.strip() for line in ptx.splitlines()
              if re.search(r"\bcall(\.uni)?\b", line) and any(s in line for s in symbols)]
     loads = [line.strip() for line in ptx.splitlines()
-             if re.search(r"\bld\.", line) and re.search(r"\bpl_(at|cvt)_", line)]
+             if re.search(r"\bld\.", line) and re.search(r"\bpl_(at|cvt|work)_", line)]
     if calls or loads:
         raise LinkError("LTO did not fold the placement: "
                         f"{len(calls)} entry call(s), {len(loads)} placement load(s) remain",

@@ -88,8 +88,8 @@ __device__ __forceinline__ void release(const pl_place_cute_mainloop& at, bool r
 // cute::gemm (one wgmma per 16 of K), then retire the previous batch and release its
 // stages, so one batch is always in flight behind the next wait.
 extern "C" __device__ void pl_cute_mainloop_mma(const pl_place_cute_mainloop& at,
-                                                const pl_args_cute_mainloop& args,
-                                                const pl::KernelInfo&, const pl::WorkTile&,
+                                                const pl_args_cute_mainloop&,
+                                                const pl::KernelInfo&, const pl::WorkTile& tile,
                                                 pl_state_cute_mainloop_mma& st,
                                                 float (&acc)[kAccCount]) {
   const bool releaser = pl::thread_in_role(at.role.mma) % pl::kWarpgroupThreads == 0;
@@ -103,9 +103,10 @@ extern "C" __device__ void pl_cute_mainloop_mma(const pl_place_cute_mainloop& at
   // Zeroing, rather than a first wgmma that ignores D, ends the accumulators' life at
   // the previous tile's epilogue: nothing stays live across the tile boundary.
   cute::clear(accum);
-  if (args.k_tiles == 0) return;
+  const uint32_t k_tiles = tile.k_tiles();   // the loader's count: both read the record
+  if (k_tiles == 0) return;
   pl::PipeState retire_a = st.a, retire_b = st.b;
-  for (uint32_t k = 0; k < args.k_tiles; ++k) {
+  for (uint32_t k = 0; k < k_tiles; ++k) {
     pl::consumer_wait(at.port.a, st.a);
     pl::consumer_wait(at.port.b, st.b);
     const cute::Tensor sA = stage_tensor<StageA>(at.port.a, st.a);        // (TILE_M, TILE_K)

@@ -1,5 +1,5 @@
 // tma_loader: one producer warp feeding a GEMM mainloop. Per work tile (m, n) it
-// streams k_tiles pairs of K-major tiles, A (TILE_M, TILE_K) and B (TILE_N, TILE_K),
+// streams the record's k-tiles [k_begin, k_end) as pairs of K-major tiles, A (TILE_M, TILE_K) and B (TILE_N, TILE_K),
 // into two rings with TMA; the copy engine completes each stage's full barrier.
 #include "pl_tma_loader.h"
 
@@ -41,8 +41,8 @@ extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
   if (!pl::elect_one_in_warp()) return;
   const int32_t row_a = tile.m_block * int32_t(kTileM);
   const int32_t row_b = tile.n_block * int32_t(kTileN);
-  for (uint32_t k = 0; k < args.k_tiles; ++k) {
-    const int32_t col = int32_t(k * kTileK);
+  for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
+    const int32_t col = k * int32_t(kTileK);
     pl::producer_acquire(at.port.a, st.a);
     pl::producer_expect(at.port.a, st.a, kTileBytesA);
     pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,

@@ -111,17 +111,18 @@ __device__ __forceinline__ void read_accumulator(const pl_place_umma_mainloop& a
 // Consumer warps' perspective, per tile: the issuer runs the K loop while the rest of
 // its warp and the other warps go straight to waiting for the accumulator.
 extern "C" __device__ void pl_umma_mainloop_mma(const pl_place_umma_mainloop& at,
-                                                const pl_args_umma_mainloop& args,
-                                                const pl::KernelInfo& k, const pl::WorkTile&,
+                                                const pl_args_umma_mainloop&,
+                                                const pl::KernelInfo& k, const pl::WorkTile& tile,
                                                 pl_state_umma_mainloop_mma& st,
                                                 float (&acc)[kAccCount]) {
-  if (args.k_tiles == 0) {   // no MMA, no commit: the sum over an empty K is zero
+  const uint32_t k_tiles = tile.k_tiles();   // the loader's count: both read the record
+  if (k_tiles == 0) {   // no MMA, no commit: the sum over an empty K is zero
 #pragma unroll
     for (uint32_t i = 0; i < kAccCount; ++i) acc[i] = 0.0f;
     return;
   }
   const uint32_t tmem = accumulator(at, k);
-  if (pl::thread_in_role(at.role.mma) == kIssuer) issue(at, args.k_tiles, tmem, st);
+  if (pl::thread_in_role(at.role.mma) == kIssuer) issue(at, k_tiles, tmem, st);
   __syncwarp();   // tcgen05.ld is warp-collective: the issuer's warp reconverges first
   read_accumulator(at, tmem, pl::warp_in_role(at.role.mma), acc);
 }

@@ -51,8 +51,8 @@ __device__ __forceinline__ void release(const pl_place_wgmma_mainloop& at, bool 
 // wgmma batch, then retire the previous batch and release its stages, so one batch
 // is always in flight behind the next wait.
 extern "C" __device__ void pl_wgmma_mainloop_mma(const pl_place_wgmma_mainloop& at,
-                                                 const pl_args_wgmma_mainloop& args,
-                                                 const pl::KernelInfo&, const pl::WorkTile&,
+                                                 const pl_args_wgmma_mainloop&,
+                                                 const pl::KernelInfo&, const pl::WorkTile& tile,
                                                  pl_state_wgmma_mainloop_mma& st,
                                                  float (&acc)[kAccCount]) {
   const uint32_t warpgroup = pl::warpgroup_in_role(at.role.mma);
@@ -62,9 +62,10 @@ extern "C" __device__ void pl_wgmma_mainloop_mma(const pl_place_wgmma_mainloop& 
   // the previous tile's epilogue: nothing stays live across the tile boundary.
 #pragma unroll
   for (uint32_t i = 0; i < kAccCount; ++i) acc[i] = 0.0f;
-  if (args.k_tiles == 0) return;
+  const uint32_t k_tiles = tile.k_tiles();   // the loader's count: both read the record
+  if (k_tiles == 0) return;
   pl::PipeState retire_a = st.a, retire_b = st.b;
-  for (uint32_t k = 0; k < args.k_tiles; ++k) {
+  for (uint32_t k = 0; k < k_tiles; ++k) {
     pl::consumer_wait(at.port.a, st.a);
     pl::consumer_wait(at.port.b, st.b);
     const uint64_t desc_a =

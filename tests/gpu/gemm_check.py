@@ -1,6 +1,7 @@
 """GEMM, GEMM + SwiGLU and GEMM + bias + GELU against PyTorch in fp32 on fresh random
 bf16 inputs. Recipes that swap a component but compute the same thing (the CuTe
-mainloop's gemm_cute, gemm_swiglu_cute) share their twin's reference.
+mainloop's gemm_cute, gemm_swiglu_cute; the dynamic scheduler's gemm_dynamic) share their
+twin's reference.
 
 Runnable alone (for compute-sanitizer) as
 ``python -m tests.gpu.gemm_check build/gpu/sm_90a gemm_swiglu 300 1000 200``.
@@ -14,7 +15,7 @@ import sys
 INTERLEAVE = 8  # gate/up rows alternate in blocks of 8 (components/swiglu_epilogue)
 
 # recipe -> what it computes
-REFERENCE = {"gemm": "gemm", "gemm_cute": "gemm", "gemm_swiglu": "swiglu",
+REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm", "gemm_swiglu": "swiglu",
              "gemm_swiglu_cute": "swiglu", "gemm_bias_gelu": "bias_gelu"}
 
 

@@ -156,6 +156,8 @@ def test_recipe_checks(recipe_objects, recipe, epilogue):
                               recipe_objects[recipe])
     kinds = sorted((t.kind, str(t.src), str(t.dst)) for t in kernel.transfers)
     assert kinds == [("registers", "mma.acc", f"{epilogue}.acc"),
+                     ("work", "sched.work", "load.work"), ("work", "sched.work", "mma.work"),
+                     ("work", "sched.work", f"{epilogue}.work"),
                      ("zero_copy", "load.a", "mma.a"), ("zero_copy", "load.b", "mma.b")]
     lanes = {lane.name: lane for lane in kernel.lanes}
     consumers = lanes[f"mma.mma+{epilogue}.store"]

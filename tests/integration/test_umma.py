@@ -95,6 +95,8 @@ def test_checks_and_places_tensor_memory(linked, recipe, epilogue):
     result = linked[(recipe, "linked")]
     kinds = sorted((t.kind, str(t.src), str(t.dst)) for t in result.kernel.transfers)
     assert kinds == [("registers", "mma.acc", f"{epilogue}.acc"),
+                     ("work", "sched.work", "load.work"), ("work", "sched.work", "mma.work"),
+                     ("work", "sched.work", f"{epilogue}.work"),
                      ("zero_copy", "load.a", "mma.a"), ("zero_copy", "load.b", "mma.b")]
     assert result.placement.tmem == {"mma.acc": (0, TILE_N)}
     assert result.placement.tunables["mma.stages"] >= 2

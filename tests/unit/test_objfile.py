@@ -185,10 +185,19 @@ def test_two_param_sets_get_distinct_type_names():
     assert set(header.type_names(a).values()).isdisjoint(header.type_names(b).values())
 
 
-def test_scheduler_declares_its_tile_function():
+def test_scheduler_role_returns_a_record_and_leaves_the_ring_to_the_glue():
     data = {"component": "sched", "kind": "scheduler", "arch": ["sm_90a"],
+            "tunables": {"work_stages": [2, 4]},
+            "roles": {"schedule": {"warps": 1}},
+            "ports": {"work": {"dir": "out", "kind": "work", "record": "gemm_tile",
+                               "stages": "work_stages"}},
+            "counters": {"next": 1},
             "args": [{"name": "tiles", "type": "u32"}]}
     b = bound_of(copy.deepcopy(data))
     text = header.generate(b)
-    assert (f'extern "C" __device__ pl::WorkTile pl_sched_tile_{b.params_hash()}('
-            f"{header.scheduler_signature(b)});") in text
+    h = b.params_hash()
+    assert (f'extern "C" __device__ pl::WorkTile pl_sched_schedule_{h}('
+            f"{header.entry_signature(b, 'schedule')});") in text
+    assert "uint32_t iteration" in header.entry_signature(b, "schedule")
+    assert "uint32_t next;  // counters.next" in text
+    assert "pl::PipePort work" not in text and "work;" not in text

@@ -11,6 +11,8 @@
 #include "pipelink/mbarrier.cuh"
 #include "pipelink/named_barrier.cuh"
 #include "pipelink/pipeline.cuh"
+#include "pipelink/work.cuh"
+#include "pipelink/raster.cuh"
 #include "pipelink/tma.cuh"
 #include "pipelink/warp.cuh"
 #include "pipelink/global_handoff.cuh"

@@ -33,14 +33,29 @@ struct GlobalPort {
   uint32_t slots;
 };
 
-// The unit of work every role of one kernel iterates over, produced by the
-// scheduler (a component, or the default of one tile per CTA).
-struct WorkTile {
+// The unit of work every looping role of one kernel handles, record type `gemm_tile`.
+// A scheduler component produces one per work item into the kernel's work ring (the
+// last one invalid: the end marker); without a scheduler the glue makes one per CTA
+// from blockIdx. Trip counts travel with the work: a role that walks K iterates
+// k_tiles() steps starting at k_begin, so one bind (the scheduler's) sets them all.
+struct alignas(16) WorkTile {  // 32 bytes: one 16- and one 8-byte shared load
   int32_t m_block;
   int32_t n_block;
-  int32_t batch;
-  int32_t valid;
+  int32_t group;    // problem index of grouped work; 0 otherwise
+  int32_t k_begin;  // first k-tile of this work item
+  int32_t k_end;    // one past its last k-tile
+  int32_t valid;    // 0: the end marker, no more work
   __device__ bool is_valid() const { return valid != 0; }
+  __device__ uint32_t k_tiles() const { return k_end > k_begin ? uint32_t(k_end - k_begin) : 0; }
+};
+
+// The placed work ring: `stages` records of sizeof(WorkTile) bytes from `records`,
+// with a full and an empty mbarrier per stage (see pipelink/work.cuh).
+struct WorkRing {
+  uint32_t records;  // shared-memory offset of record 0
+  uint32_t full;     // shared-memory offset of the full mbarrier array
+  uint32_t empty;    // shared-memory offset of the empty mbarrier array
+  uint32_t stages;
 };
 
 // Where a role's warps start: every warp index a component uses is relative to it.
