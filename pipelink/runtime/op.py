@@ -31,10 +31,10 @@ from .spec import LaunchSpec
 from .tensors import (
     TMA_ALIGN,
     TensorInfo,
-    overlaps,
     require_aligned,
     require_dense,
     require_tma_layout,
+    spans_overlap,
     tensor_info,
 )
 
@@ -50,6 +50,7 @@ class Plan:
     alloc: tuple[tuple[str, tuple[int, ...], Any], ...]   # fresh outputs: name, shape, dtype
     aligns: tuple[tuple[str, int], ...]       # tensor name -> byte alignment its fields need
     input_aligns: tuple[tuple[int, int], ...]  # the same, by input position
+    spans: dict[str, int]                      # bytes each input and given output spans
     launches: OrderedDict[tuple, Launch] = field(default_factory=OrderedDict)
 
 
@@ -161,15 +162,25 @@ class Op:
         given = self._named_outputs(out)
         plan = self._plan(tensors, given)
         self._check_addresses(plan, tensors, given)
-        with torch_ops.on_stream(stream, self._device.index) as handle:
-            outputs = self._outputs(plan, given)
-            values = {**tensors, **outputs}
-            key = tuple(t.data_ptr() for t in values.values())
-            launch = plan.launches.get(key) or self._new_launch(plan, key, values)
-            workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index)
-            launch(handle, None if workspace is None else workspace.data_ptr())
+        if stream is None:      # the common case, without a context manager's cost
+            import torch
+            outputs = self._launch_checked(plan, tensors, given,
+                                           torch._C._cuda_getCurrentRawStream(self._device.index))
+        else:
+            with torch_ops.on_stream(stream, self._device.index) as handle:
+                outputs = self._launch_checked(plan, tensors, given, handle)
         result = tuple(outputs[name] for name in self._out_names)
         return result[0] if len(result) == 1 else result
+
+    def _launch_checked(self, plan: Plan, tensors: dict[str, Any], given: dict[str, Any],
+                        stream: int) -> dict[str, Any]:
+        outputs = self._outputs(plan, given)
+        values = {**tensors, **outputs}
+        key = tuple(t.data_ptr() for t in values.values())
+        launch = plan.launches.get(key) or self._new_launch(plan, key, values)
+        workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index)
+        launch(stream, None if workspace is None else workspace.data_ptr())
+        return outputs
 
     def prepare(self, *inputs: Any, out: Any = None, stream: Any = None) -> PreparedCall:
         """Checks and packs one call's arguments once: the result relaunches on the same
@@ -256,7 +267,8 @@ class Op:
         position = {n: i for i, n in enumerate(self.spec.input_names)}
         return Plan(self.spec.grid_for(sizes, self._num_sms), self.spec.scalars(sizes),
                     tuple(alloc), tuple(aligns),
-                    tuple((position[n], a) for n, a in aligns if n in position))
+                    tuple((position[n], a) for n, a in aligns if n in position),
+                    {n: info.nbytes_spanned for n, info in infos.items()})
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
         if not info.on_gpu:
@@ -293,11 +305,12 @@ class Op:
         if not given:
             return
         inplace = {(o.name, o.inplace) for o in self.spec.outputs if o.inplace}
-        written = [(n, tensor_info(t, f"out '{n}'")) for n, t in given.items()]
-        read = [(n, tensor_info(t, f"input '{n}'")) for n, t in tensors.items()]
-        for i, (out_name, out_info) in enumerate(written):
-            for other, info in read + written[i + 1:]:
-                if (out_name, other) not in inplace and overlaps(out_info, info):
+        starts = {n: t.data_ptr() for n, t in values.items()}
+        written = list(given)
+        for i, out_name in enumerate(written):
+            for other in (*tensors, *written[i + 1:]):
+                if (out_name, other) not in inplace and spans_overlap(
+                        starts[out_name], plan.spans[out_name], starts[other], plan.spans[other]):
                     raise RuntimeLaunchError(
                         f"output '{out_name}' overlaps '{other}' in memory; {self.name} "
                         "does not compute in place",

@@ -121,8 +121,11 @@ def require_tma_layout(info: TensorInfo, what: str) -> None:
 def overlaps(a: TensorInfo, b: TensorInfo) -> bool:
     """Whether two tensors' spans share a byte (spans, not exact element sets: a
     conservative answer for strided views)."""
-    na, nb = a.nbytes_spanned, b.nbytes_spanned
-    return bool(na and nb) and a.ptr < b.ptr + nb and b.ptr < a.ptr + na
+    return spans_overlap(a.ptr, a.nbytes_spanned, b.ptr, b.nbytes_spanned)
+
+
+def spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
+    return bool(a_bytes and b_bytes) and a < b + b_bytes and b < a + a_bytes
 
 
 def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, what: str) -> bytes:
