@@ -83,20 +83,20 @@ def run_nvjitlink(inputs: list[tuple[str, bytes]], options: list[str],
 
 
 def _error_log(handle: int) -> str:
-    from cuda.bindings import nvjitlink
-    size = nvjitlink.get_error_log_size(handle)
-    buf = bytearray(size)
-    if size:
-        nvjitlink.get_error_log(handle, buf)
-    return bytes(buf).rstrip(b"\0").decode(errors="replace")
+    return _log(handle, "error")
 
 
 def _info_log(handle: int) -> str:
+    return _log(handle, "info")
+
+
+def _log(handle: int, kind: str) -> str:
+    """nvJitLink's error or info log as text."""
     from cuda.bindings import nvjitlink
-    size = nvjitlink.get_info_log_size(handle)
+    size = getattr(nvjitlink, f"get_{kind}_log_size")(handle)
     buf = bytearray(size)
     if size:
-        nvjitlink.get_info_log(handle, buf)
+        getattr(nvjitlink, f"get_{kind}_log")(handle, buf)
     return bytes(buf).rstrip(b"\0").decode(errors="replace")
 
 

@@ -215,19 +215,24 @@ def materialise(root: Path, files: dict[str, bytes]) -> Path:
     target = root / digest(files)[:24]
     prepare_root(root)
     reap(root)
-    if not target.is_dir():
-        with temp_dir(root, ".stage-") as tmp:
-            _open_mode(tmp)
-            for name, data in files.items():
-                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / name).write_bytes(data)
-            try:
-                tmp.rename(target)
-                return target
-            except OSError:  # another process staged the same content first
-                pass
-    _restore(target, files)
+    if target.is_dir() or not _publish(root, ".stage-", files, target):
+        _restore(target, files)
     return target
+
+
+def _publish(root: Path, prefix: str, files: dict[str, bytes], target: Path) -> bool:
+    """Writes ``files`` under a temporary name and renames the folder to ``target``;
+    False when another process published the same content first."""
+    with temp_dir(root, prefix) as tmp:
+        _open_mode(tmp)
+        for name, data in files.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
+        try:
+            tmp.rename(target)
+            return True
+        except OSError:
+            return False
 
 
 def tree_files(src: Path) -> dict[str, bytes]:
@@ -241,16 +246,6 @@ def stage_tree(src: Path, root: Path, name: str) -> Path:
     files = {f"include/{k}": v for k, v in tree_files(src).items()}
     target = Path(root) / name
     prepare_root(Path(root))
-    if not target.is_dir():
-        with temp_dir(Path(root), ".tree-") as tmp:
-            _open_mode(tmp)
-            for rel, data in files.items():
-                (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-                (tmp / rel).write_bytes(data)
-            try:
-                tmp.rename(target)
-                return target / "include"
-            except OSError:
-                pass
-    _restore(target, files)
+    if target.is_dir() or not _publish(Path(root), ".tree-", files, target):
+        _restore(target, files)
     return target / "include"
