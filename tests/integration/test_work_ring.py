@@ -26,8 +26,9 @@ from .sass import sass, sass_instructions
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
-CASES = [(name, arch) for name in RECIPES
-         for arch in load_recipe(ROOT / "recipes" / f"{name}.yaml").data["arch"]]
+CASES = [(name, kernel, arch) for name in RECIPES
+         for recipe in [load_recipe(ROOT / "recipes" / f"{name}.yaml")]
+         for kernel in recipe.select(None) for arch in recipe.data["arch"]]
 
 
 def _cutlass_missing() -> bool:
@@ -43,13 +44,13 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("work_ring")
 
 
-def _link(out: Path, name: str, arch: str, mode: str = "linked"):
-    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
+def _link(out: Path, name: str, arch: str, mode: str = "linked", kernel: str = "main"):
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml").select([kernel])[kernel]
     if "cute" in name and _cutlass_missing():
         pytest.skip("needs the CUTLASS headers (pip install nvidia-cutlass==4.2.0.0)")
     index = default_index(ROOT)
     objects = build_objects(recipe, arch, index, out / "obj" / arch)
-    return link_kernel(recipe, objects, out / mode / arch / name,
+    return link_kernel(recipe, objects, out / mode / arch / recipe.name,
                        LinkOptions(arch, mode=mode, emit_ptx=mode == "linked"), index=index)
 
 
@@ -58,10 +59,13 @@ def gemm(out: Path) -> dict[str, object]:
     return {mode: _link(out, "gemm", "sm_90a", mode) for mode in ("linked", "mono")}
 
 
-@pytest.mark.parametrize("name,arch", CASES)
-def test_every_recipe_links_with_folded_placement(out, name, arch):
-    result = _link(out, name, arch)      # link_kernel verifies the PTX (verify_folded)
-    ptx = (result.cubin.parent / f"{name}.ptx").read_text()
+@pytest.mark.parametrize("name,kernel,arch", CASES)
+def test_every_recipe_links_with_folded_placement(out, name, kernel, arch):
+    """Every kernel of every recipe links for every arch it names, and the linker's
+    verification (folded placement, barriers, static shared memory, spills) passes."""
+    result = _link(out, name, arch, kernel=kernel)
+    assert "verify" in result.timings
+    ptx = (result.cubin.parent / f"{result.kernel.recipe.name}.ptx").read_text()
     assert not re.search(r"\bcall(\.uni)?\b", ptx)
     assert not re.search(r"\bld\.[^\n]*\bpl_(at|cvt|work)_", ptx)
     work = result.kernel.work

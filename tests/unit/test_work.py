@@ -69,8 +69,16 @@ def work_recipe() -> dict[str, Any]:
     r["instances"]["sched"] = "sched"
     r["connect"] = ["sched.work -> load.work", "sched.work -> reduce.work",
                     "sched.work -> store.work"] + r["connect"]
-    r["launch"] = {"bind": {"sched.k_tiles": "K // 64", "sched.tiles": "M // 128"}}
+    r["launch"] = launch({"sched.k_tiles": "K // 64", "sched.tiles": "M // 128"})
     return r
+
+
+def launch(binds: dict[str, str]) -> dict[str, Any]:
+    """A launch section binding every argument the toy kernel has, plus ``binds``."""
+    return {"persistent": True,
+            "inputs": {"x": {"dtype": "bf16", "shape": ["M", "K"]}},
+            "outputs": {"out": {"dtype": "f32", "shape": ["M", 8]}},
+            "bind": {"load.src": "x", "store.out": "out", **binds}}
 
 
 def _write(tree: Tree, contracts: dict[str, dict[str, Any]], recipe: dict[str, Any]):
@@ -139,6 +147,7 @@ def test_glue_reads_the_ring_before_each_role_entry(tree):
 def test_a_generated_converter_consumes_the_ring_and_counts_stages_per_record(tree):
     recipe = work_recipe()
     recipe["instances"]["load"] = {"component": "loader", "params": {"dtype": "f32"}}
+    recipe["launch"]["inputs"]["x"]["dtype"] = "f32"
     kernel = _write(tree, _fitting(), recipe)
     assert [t.kind for t in kernel.transfers if str(t.dst) == "reduce.x"] == ["conversion"]
     assert kernel.work.consumers[-1] == "cvt_reduce_x"
@@ -213,8 +222,12 @@ def _plain_recipe(binds: dict[str, str]) -> Callable[[dict], None]:
     def mutate(r: dict) -> None:
         r.clear()
         r.update(toy_recipe())
-        r["launch"] = {"bind": binds}
+        r["launch"] = launch(binds)
     return mutate
+
+
+def _with_reduce_k_tiles(r: dict) -> None:
+    r["launch"]["bind"]["reduce.k_tiles"] = "K // 64"
 
 
 def _mixed_trip_counts(contracts: dict) -> None:
@@ -259,7 +272,7 @@ CASES = [
     Case("trip_count_from_two_places", CheckError,
          (f"{RECIPE}: connect[3]", "'load.tiles' hands over per_tile work stages per work "
           "item, 'reduce.x' takes per_tile args.k_tiles", "per_tile: work"),
-         contracts=_mixed_trip_counts),
+         contracts=_mixed_trip_counts, recipe=_with_reduce_k_tiles),
     Case("trip_count_from_a_record_nobody_produces", CheckError,
          (f"{RECIPE}: instances.load", "input port 'load.work' (work, m_block, n_block, "
           "group, k_begin, k_end, valid) of component 'loader' is not connected"),
