@@ -9,7 +9,6 @@ the PyTorch-facing callable on top of it.
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import struct
@@ -65,7 +64,6 @@ class LinkedKernel:
         self.module = call(drv.cuModuleLoadData(cubin), f"loading {self.name}")
         self.function = call(drv.cuModuleGetFunction(self.module, self.meta["entry"].encode()),
                              "cuModuleGetFunction")
-        self.handle = int(self.function)
         call(drv.cuFuncSetAttribute(
             self.function,
             drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -171,7 +169,8 @@ class Launch:
         field = kernel.fields[WORKSPACE_FIELD]
         self._workspace_at = ctypes.addressof(self._buffer) + field["offset"]
         self._shape = (*grid, *kernel.meta["block"], kernel.meta["dynamic_smem"])
-        self._cu_launch = _launch_kernel()
+        self._cu_launch = driver().cuLaunchKernel
+        self._success = driver().CUresult.CUDA_SUCCESS
 
     def __call__(self, stream: int = 0, workspace: int | None = None) -> None:
         k = self.kernel
@@ -193,18 +192,7 @@ class Launch:
 
     def fire(self, stream: int) -> None:
         """Launches with no workspace handling (for kernels without hand-off counters)."""
-        err = self._cu_launch(self.kernel.handle, *self._shape, stream, self._address, None)
-        if err:
-            call((driver().CUresult(err),), f"launching {self.kernel.name}")
+        err, = self._cu_launch(self.kernel.function, *self._shape, stream, self._address, 0)
+        if err != self._success:
+            call((err,), f"launching {self.kernel.name}")
 
-
-@functools.cache
-def _launch_kernel() -> Any:
-    """cuLaunchKernel straight from the driver library: the launch is the one call on
-    every op's hot path, and a typed ctypes call costs a fraction of a generic binding."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernel
-    fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
