@@ -32,7 +32,14 @@ from .problem import (
 )
 from .recipe import Endpoint, Recipe
 from .schema import DTYPES
-from .work import PER_TILE_WORK, RECORD_ALIGN, RECORD_BYTES, RECORDS, record_fields
+from .work import (
+    PER_TILE_WORK,
+    RECORD_ALIGN,
+    RECORD_BYTES,
+    RECORDS,
+    record_fields,
+    record_problem,
+)
 
 MBARRIER_BYTES = 8
 MBARRIER_ALIGN = 8
@@ -336,18 +343,11 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
 
 
 def _work_kind(key: str, pair: str, src: Port, dst: Port, problems: _Problems) -> str | None:
-    """A consumer understands the record when it names the same record type, or lists
-    only fields the producer's record has."""
-    if "record" in dst.spec and dst.spec["record"] != src.spec["record"]:
-        problems.add(key, f"{pair}: field 'record' differs: {src.spec['record']} vs "
-                          f"{dst.spec['record']}",
-                     "the consumer must read the record its scheduler produces")
-        return None
-    missing = [f for f in record_fields(dst.spec) if f not in record_fields(src.spec)]
-    if missing:
-        problems.add(key, f"{pair}: the consumer reads field(s) {', '.join(missing)}, which "
-                          f"record {src.spec['record']} does not have",
-                     f"{src.spec['record']} has: {', '.join(record_fields(src.spec))}")
+    """A consumer understands the record when it names the record type among those it
+    handles, or lists only fields the producer's record has (and reads them right)."""
+    problem = record_problem(src.spec["record"], dst.spec)
+    if problem:
+        problems.add(key, f"{pair}: {problem[0]}", problem[1])
         return None
     return "work"
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from .errors import PipeLinkError
+from .work import accepted_records
 
 EXIT_USER = 2          # a user mistake: one message, no traceback
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -97,7 +98,7 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     for port in bound.contract.ports.values():
         fields = {k: v for k, v in port.spec.items()}
         dtype = (bound.dtype(port.dtype, f"ports.{port.name}.dtype") if port.kind != "work"
-                 else port.spec.get("record", "record"))   # a work port carries records
+                 else "/".join(accepted_records(port.spec)) or "record")   # records
         print(f"  port {port.name:<10} {port.dir} {port.kind} {dtype} role={port.role} "
               f"{json.dumps(fields, sort_keys=True)}")
     return 0

@@ -432,6 +432,11 @@ def _check_work_ports(c: Contract) -> None:
                                 where=c.where(key),
                                 hint="record: gemm_tile, or fields: [the fields it reads]")
         if port.kind == "work" and port.dir == "out":
+            if not isinstance(port.spec["record"], str):
+                raise ContractError(f"work out port '{port.name}' lists record types "
+                                    f"{port.spec['record']}", where=c.where(f"{key}.record"),
+                                    hint="a scheduler produces one record type; a list is for "
+                                         "consumers that handle several")
             if c.kind != "scheduler":
                 raise ContractError(f"work out port '{port.name}' in a component that is "
                                     "not a scheduler", where=c.where(key),

@@ -70,6 +70,8 @@ def param_layout(kernel: Kernel) -> tuple[list[ParamField], int]:
             if kind == "tensormap":
                 extra["box"] = [b.eval(v, f"args.{arg['name']}.box") for v in arg["box"]]
                 extra["swizzle"] = arg.get("swizzle", 0)
+            if "align" in arg:
+                extra["align"] = arg["align"]
             entries.append((-align, inst, arg["name"], kind, cty or ctype[0], size, align, extra))
     ordered = sorted(enumerate(entries), key=lambda e: (e[1][0], e[0]))
     fields, offset = [], 0
@@ -558,7 +560,7 @@ class _Glue:
         w = self.w
         if self.k.work is None:
             w("const pl::WorkTile tile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
-              "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0)};")
+              "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0), 0, pl::kRowsUnbounded};")
             return
         ring = self.work_ring()
         w(f"const pl::WorkTile tile = pl::work_wait({ring}, work);")

@@ -55,8 +55,11 @@ PORT = _obj({
     "role": {**IDENT, "description": "the role whose entry sees this port (default: the only one)"},
     "dtype": {**DTYPE_REF, "description": DTYPE_REF["description"] + " (every kind "
                                                                      "but work)"},
-    "record": {"enum": sorted(RECORDS), "description": "work: the record type (defined in "
-                                                       "pipelink/types.cuh)"},
+    "record": {"oneOf": [{"enum": sorted(RECORDS)},
+                         {"type": "array", "items": {"enum": sorted(RECORDS)}, "minItems": 1,
+                          "uniqueItems": True}],
+               "description": "work: the record type (defined in pipelink/types.cuh); an in "
+                              "port may list every type it handles"},
     "fields": {"type": "array", "items": IDENT, "minItems": 1, "uniqueItems": True,
                "description": "work in: the record fields this role reads, instead of "
                               "naming a record type"},
@@ -90,6 +93,8 @@ ARG = _obj({
     "dtype": {**DTYPE_REF, "description": "ptr/tensormap: element type (or a param)"},
     "box": {"type": "array", "items": EXPR, "description": "tensormap: box (inner first)"},
     "swizzle": {"enum": [0, 32, 64, 128], "description": "tensormap: swizzle bytes"},
+    "align": {"enum": [1, 2, 4, 8, 16], "description": "ptr: byte alignment the code needs "
+                                                      "of the address (default 16)"},
     "description": {"type": "string", "description": "free text (shape, units)"},
 }, ["name", "type"])
 

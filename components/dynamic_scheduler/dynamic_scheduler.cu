@@ -15,5 +15,5 @@ extern "C" __device__ pl::WorkTile pl_dynamic_scheduler_schedule(
                                                  at.counter.next_tile);
     t = gridDim.x + atomicAdd(counter, 1u);
   }
-  return pl::grouped_tile(t, args.m_tiles, args.n_tiles, args.group_m, args.k_tiles);
+  return pl::gemm_tile(t, args.m_tiles, args.n_tiles, args.group_m, args.k_tiles);
 }

@@ -14,5 +14,5 @@ extern "C" __device__ pl::WorkTile pl_tile_scheduler_schedule(const pl_place_til
                                                               uint32_t iteration,
                                                               pl_state_tile_scheduler_schedule&) {
   const uint32_t t = blockIdx.x + iteration * gridDim.x;
-  return pl::grouped_tile(t, args.m_tiles, args.n_tiles, args.group_m, args.k_tiles);
+  return pl::gemm_tile(t, args.m_tiles, args.n_tiles, args.group_m, args.k_tiles);
 }

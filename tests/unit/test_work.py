@@ -165,7 +165,8 @@ def test_without_a_scheduler_each_cta_gets_one_record_from_blockidx(tree):
     assert kernel.work is None
     text = glue.generate(kernel, place_kernel(kernel))
     assert ("const pl::WorkTile tile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
-            "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0)};") in text
+            "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0), 0, pl::kRowsUnbounded};"
+            ) in text
     assert "pl_work_" not in text and "work_wait" not in text
 
 
@@ -175,6 +176,14 @@ def _in_order(text: str, parts: list[str]) -> None:
         found = text.find(part, at)
         assert found >= 0, f"{part!r} missing after offset {at}"
         at = found + len(part)
+
+
+def test_grouped_work_reaches_consumers_that_read_its_rows(tree):
+    contracts = _fitting()
+    _grouped(contracts)
+    contracts["store"]["ports"]["work"]["fields"] = ["m_block", "m_offset", "m_end"]
+    kernel = _write(tree, contracts, work_recipe())
+    assert kernel.work.record == "pl::WorkTile"
 
 
 # -- what the checker refuses ------------------------------------------------------------
@@ -246,10 +255,18 @@ def _no_scheduler_recipe(r: dict) -> None:
     r.update(toy_recipe())
 
 
+def _grouped(contracts: dict) -> None:
+    """The scheduler produces grouped_tile records; the loader and reducer handle them."""
+    contracts["sched"]["ports"]["work"]["record"] = "grouped_tile"
+    contracts["loader"]["ports"]["work"]["record"] = ["gemm_tile", "grouped_tile"]
+    contracts["reducer"]["ports"]["work"]["fields"] += ["m_offset", "m_end"]
+
+
 CASES = [
     Case("record_field_the_producer_lacks", CheckError,
          (f"{RECIPE}: connect[1]", "'sched.work' (sched) -> 'reduce.work' (reducer)",
-          "field(s) expert", "gemm_tile has: m_block, n_block, group, k_begin, k_end, valid"),
+          "field(s) expert", "gemm_tile has: m_block, n_block, group, k_begin, k_end, valid, "
+          "m_offset, m_end"),
          contracts=_set("reducer", "ports.work.fields", ["m_block", "expert", "k_begin",
                                                          "k_end"])),
     Case("ring_with_no_consumer", CheckError,
@@ -275,7 +292,8 @@ CASES = [
          contracts=_mixed_trip_counts, recipe=_with_reduce_k_tiles),
     Case("trip_count_from_a_record_nobody_produces", CheckError,
          (f"{RECIPE}: instances.load", "input port 'load.work' (work, m_block, n_block, "
-          "group, k_begin, k_end, valid) of component 'loader' is not connected"),
+          "group, k_begin, k_end, valid, m_offset, m_end) of component 'loader' is not "
+          "connected"),
          contracts=_work_without_scheduler, recipe=_no_scheduler_recipe),
     # Contracts.
     Case("work_out_port_outside_a_scheduler", ContractError,
@@ -294,6 +312,22 @@ CASES = [
     Case("work_in_port_names_neither", ContractError,
          ("components/store/contract.yaml: ports.work", "needs one of 'record' or 'fields'"),
          contracts=_set("store", "ports.work.fields", None)),
+    # Grouped work: rows of a problem end at m_end, and m_block counts from m_offset.
+    Case("epilogue_that_cannot_stop_at_a_problems_rows", CheckError,
+         (f"{RECIPE}: connect[2]", "'sched.work' (sched) -> 'store.work' (store)",
+          "the consumer reads gemm_tile records, the scheduler produces grouped_tile",
+          "grouped_store_epilogue"),
+         contracts=lambda c: (_grouped(c), _set("store", "ports.work",
+                                                {"dir": "in", "kind": "work",
+                                                 "record": "gemm_tile"})(c))),
+    Case("m_block_of_grouped_work_without_its_rows", CheckError,
+         (f"{RECIPE}: connect[2]", "reads m_block of grouped_tile records without m_offset "
+          "and m_end", "record: [gemm_tile, grouped_tile]"),
+         contracts=_grouped),
+    Case("scheduler_that_lists_record_types", ContractError,
+         ("components/sched/contract.yaml: ports.work.record", "lists record types",
+          "a scheduler produces one record type"),
+         contracts=_set("sched", "ports.work.record", ["gemm_tile", "grouped_tile"])),
     Case("unknown_record_type", ContractError,
          ("components/loader/contract.yaml", "ports.work.record", "'expert_tile'"),
          contracts=_set("loader", "ports.work.record", "expert_tile")),

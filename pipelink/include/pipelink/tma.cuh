@@ -22,6 +22,17 @@ __device__ __forceinline__ void load_2d(uint32_t dst_offset, const void* map,
          "r"(c0), "r"(c1) : "memory");
 }
 
+// 3-D tile load (c2 is the outermost coordinate, e.g. a batch or group index).
+__device__ __forceinline__ void load_3d(uint32_t dst_offset, const void* map,
+                                        uint32_t mbar_offset, int32_t c0, int32_t c1,
+                                        int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];"
+      :: "r"(smem_addr(dst_offset)), "l"(map), "r"(smem_addr(mbar_offset)),
+         "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
 // 2-D tile store from shared memory; out-of-bounds rows/columns are clipped.
 __device__ __forceinline__ void store_2d(const void* map, uint32_t src_offset,
                                          int32_t c0, int32_t c1) {

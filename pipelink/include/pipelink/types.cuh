@@ -33,21 +33,36 @@ struct GlobalPort {
   uint32_t slots;
 };
 
-// The unit of work every looping role of one kernel handles, record type `gemm_tile`.
-// A scheduler component produces one per work item into the kernel's work ring (the
-// last one invalid: the end marker); without a scheduler the glue makes one per CTA
-// from blockIdx. Trip counts travel with the work: a role that walks K iterates
-// k_tiles() steps starting at k_begin, so one bind (the scheduler's) sets them all.
-struct alignas(16) WorkTile {  // 32 bytes: one 16- and one 8-byte shared load
+// The unit of work every looping role of one kernel handles. A scheduler component
+// produces one per work item into the kernel's work ring (the last one invalid: the end
+// marker); without a scheduler the glue makes one per CTA from blockIdx. Trip counts
+// travel with the work: a role that walks K iterates k_tiles() steps starting at
+// k_begin, so one bind (the scheduler's) sets them all.
+//
+// Two record types share this layout (pipelink/work.py names them for the checker):
+//   gemm_tile     rows of tile m_block are [m_block * tile_m, +tile_m); the tensor's
+//                 edge bounds them (m_offset = 0, m_end = kRowsUnbounded);
+//   grouped_tile  problem `group` owns rows [m_offset, m_end) of row-packed A and C;
+//                 tile m_block covers m_offset + [m_block * tile_m, +tile_m), and rows
+//                 from m_end on belong to the next problem: loads may read them, stores
+//                 must not write them.
+struct alignas(16) WorkTile {  // 32 bytes: two 16-byte shared loads
   int32_t m_block;
   int32_t n_block;
-  int32_t group;    // problem index of grouped work; 0 otherwise
-  int32_t k_begin;  // first k-tile of this work item
-  int32_t k_end;    // one past its last k-tile
-  int32_t valid;    // 0: the end marker, no more work
+  int32_t group;     // problem index of grouped work; 0 otherwise
+  int32_t k_begin;   // first k-tile of this work item
+  int32_t k_end;     // one past its last k-tile
+  int32_t valid;     // 0: the end marker, no more work
+  int32_t m_offset;  // first row of the work's problem (grouped work); 0 otherwise
+  int32_t m_end;     // one past the problem's last row; kRowsUnbounded otherwise
   __device__ bool is_valid() const { return valid != 0; }
   __device__ uint32_t k_tiles() const { return k_end > k_begin ? uint32_t(k_end - k_begin) : 0; }
+  __device__ int32_t first_row(uint32_t tile_m) const {
+    return m_offset + m_block * int32_t(tile_m);
+  }
 };
+
+constexpr int32_t kRowsUnbounded = 0x7fffffff;  // m_end of a gemm_tile: no problem boundary
 
 // The placed work ring: `stages` records of sizeof(WorkTile) bytes from `records`,
 // with a full and an empty mbarrier per stage (see pipelink/work.cuh).
