@@ -1,6 +1,8 @@
 // tma_loader: one producer warp feeding a GEMM mainloop. Per work tile (m, n) it
-// streams the record's k-tiles [k_begin, k_end) as pairs of K-major tiles, A (TILE_M, TILE_K) and B (TILE_N, TILE_K),
-// into two rings with TMA; the copy engine completes each stage's full barrier.
+// streams the record's k-tiles [k_begin, k_end) as pairs of K-major tiles,
+// A (TILE_M, TILE_K) and B (TILE_N, TILE_K), into two rings with TMA; the copy engine
+// completes each stage's full barrier. B's map has a group dimension: grouped work
+// reads B[group] (a plain [N, K] matrix is group 0 of one).
 #include "pl_tma_loader.h"
 
 using Params = pl_params_tma_loader;
@@ -39,7 +41,7 @@ extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
                                                   const pl::KernelInfo&, const pl::WorkTile& tile,
                                                   pl_state_tma_loader_producer& st) {
   if (!pl::elect_one_in_warp()) return;
-  const int32_t row_a = tile.m_block * int32_t(kTileM);
+  const int32_t row_a = tile.first_row(kTileM);   // rows past m_end are loaded, not stored
   const int32_t row_b = tile.n_block * int32_t(kTileN);
   for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
     const int32_t col = k * int32_t(kTileK);
@@ -49,8 +51,8 @@ extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
                      pl::full_barrier(at.port.a, st.a), col, row_a);
     pl::producer_acquire(at.port.b, st.b);
     pl::producer_expect(at.port.b, st.b, kTileBytesB);
-    pl::tma::load_2d(pl::stage_offset(at.port.b, st.b), args.tma_b,
-                     pl::full_barrier(at.port.b, st.b), col, row_b);
+    pl::tma::load_3d(pl::stage_offset(at.port.b, st.b), args.tma_b,
+                     pl::full_barrier(at.port.b, st.b), col, row_b, tile.group);
     st.a.advance(at.port.a);
     st.b.advance(at.port.b);
   }

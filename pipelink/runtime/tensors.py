@@ -129,19 +129,22 @@ def spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
 
 
 def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, what: str) -> bytes:
-    """A tiled TMA descriptor over a row-major tensor; ``box`` innermost first."""
+    """A tiled TMA descriptor over a row-major tensor; ``box`` innermost first. A tensor
+    of lower rank than the box is read with leading dimensions of 1 (so a loader whose
+    box has a group dimension takes a plain matrix as one group)."""
     drv = driver()
-    rank = len(info.shape)
-    if rank != len(box):
-        raise RuntimeLaunchError(f"{what}: a {len(box)}-D tile map needs a "
-                                 f"{len(box)}-D tensor, got shape {list(info.shape)}")
+    rank = len(box)
+    if len(info.shape) > rank:
+        raise RuntimeLaunchError(f"{what}: a {rank}-D tile map takes a tensor of at most "
+                                 f"{rank} dimensions, got shape {list(info.shape)}")
     require_tma_layout(info, what)
     require_aligned(info, TMA_ALIGN, what)
-    pitches = [s * info.itemsize for s in reversed(info.strides[:-1])]
+    shape, strides = tma_view(info.shape, info.strides, rank)
+    pitches = [s * info.itemsize for s in reversed(strides[:-1])]
     tmap = call(drv.cuTensorMapEncodeTiled(
         getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[info.dtype]}"),
         rank, info.ptr,
-        [drv.cuuint64_t(d) for d in reversed(info.shape)],
+        [drv.cuuint64_t(d) for d in reversed(shape)],
         [drv.cuuint64_t(p) for p in pitches], [drv.cuuint32_t(b) for b in box],
         [drv.cuuint32_t(1)] * rank,
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -150,3 +153,15 @@ def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, what: str) 
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         f"cuTensorMapEncodeTiled for {what}")
     return ctypes.string_at(tmap.getPtr(), TMA_DESCRIPTOR_BYTES)
+
+
+def tma_view(shape: tuple[int, ...], strides: tuple[int, ...],
+             rank: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``shape`` and ``strides`` with leading dimensions of 1 up to ``rank``; each
+    added dimension's stride spans the whole tensor, which is what TMA wants of an
+    outer stride."""
+    shape, strides = tuple(shape), tuple(strides)
+    while len(shape) < rank:
+        span = max(shape[0], 1) * strides[0] if shape else 1
+        shape, strides = (1, *shape), (span, *strides)
+    return shape, strides

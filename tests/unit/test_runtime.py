@@ -14,7 +14,7 @@ import pytest
 from pipelink.errors import RuntimeLaunchError
 from pipelink.runtime import LinkedKernel, encode_tensormap, read_kernel_folder, tensor_info
 from pipelink.runtime.spec import LaunchSpec, evaluate
-from pipelink.runtime.tensors import TensorInfo, is_dense, overlaps
+from pipelink.runtime.tensors import TensorInfo, is_dense, overlaps, tma_view
 
 FIELDS = [
     {"name": "load_src", "instance": "load", "arg": "src", "type": "tensormap",
@@ -102,13 +102,22 @@ def test_scalars_are_range_checked(value, needle):
 @pytest.mark.parametrize("info,needle", [
     (tensor_info(FakeTensor((128, 64), "<f2", ptr=0x10008), "x"), "past a 16-byte boundary"),
     (tensor_info(FakeTensor((128, 60), "<f2"), "x"), "not a multiple of 16"),
-    (tensor_info(FakeTensor((128,), "<f2"), "x"), "needs a 2-D tensor"),
+    (tensor_info(FakeTensor((4, 128, 64), "<f2"), "x"), "at most 2 dimensions"),
     (tensor_info(FakeTensor((128, 64), "<f2", strides=(2, 256)), "x"),
      "innermost dimension has stride 128"),
 ])
 def test_tensor_maps_refuse_bad_layouts(info, needle):
     with pytest.raises(RuntimeLaunchError, match=needle):
         encode_tensormap(info, [64, 128], 128, "x")
+
+
+@pytest.mark.parametrize("shape,strides,view", [
+    ((256, 64), (64, 1), ((1, 256, 64), (256 * 64, 64, 1))),     # a matrix as one group
+    ((8, 256, 64), (256 * 64, 64, 1), ((8, 256, 64), (256 * 64, 64, 1))),
+    ((0, 64), (64, 1), ((1, 0, 64), (64, 64, 1))),   # empty: still a 16-byte pitch
+])
+def test_tensor_map_view_adds_leading_unit_dimensions(shape, strides, view):
+    assert tma_view(shape, strides, 3) == view
 
 
 @pytest.mark.parametrize("a,b,expected", [
