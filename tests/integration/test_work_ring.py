@@ -111,3 +111,10 @@ def test_dynamic_scheduler_claims_tiles_from_a_zeroed_counter(out):
     ops = sass_instructions(result.cubin)
     assert sum(op.startswith(("ATOMG", "ATOM.")) for op in ops) == 1, \
         [op for op in ops if "ATOM" in op]
+
+
+def test_grouped_gemm_linked_and_monolithic_sass_are_identical(out):
+    """The grouped scheduler's cursor and the bounded epilogue fold like the rest."""
+    linked = sass_instructions(_link(out, "grouped_gemm", "sm_90a").cubin)
+    assert linked == sass_instructions(_link(out, "grouped_gemm", "sm_90a", "mono").cubin)
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in linked}
