@@ -1,7 +1,7 @@
 // The work ring: a scheduler broadcasts work records to every looping role.
 //
 //   scheduler (one lane): acquire(state) -> write record -> commit(state)
-//   each consuming warp:  wait(state)    -> read record  -> release(state)
+//   each consuming warp:  wait(state) -> its roles read the record in place -> release
 //   both:                 state.advance(ring)
 //
 // The full barrier of a stage counts the scheduler's one arrival; its empty barrier
@@ -48,9 +48,11 @@ __device__ __forceinline__ void work_commit(const WorkRing& ring, const WorkStat
   mbar::arrive(ring.full + s.stage * mbar::kBytes);
 }
 
-// A consuming warp's view: every lane waits and reads (a broadcast load), then the
-// warp's first lane hands the stage back once all lanes hold the record.
-__device__ __forceinline__ WorkTile work_wait(const WorkRing& ring, const WorkState& s) {
+// A consuming warp's view: every lane waits, then reads the record in place, field by
+// field where its roles use them (broadcast loads; the record costs no registers
+// across a mainloop), and the warp's first lane hands the stage back once every role
+// of the warp is done with the record.
+__device__ __forceinline__ const WorkTile& work_wait(const WorkRing& ring, const WorkState& s) {
   mbar::wait(ring.full + s.stage * mbar::kBytes, s.phase);
   return *smem_ptr<const WorkTile>(work_record(ring, s));
 }
