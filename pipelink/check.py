@@ -33,10 +33,12 @@ from .problem import (
 from .recipe import Endpoint, Recipe
 from .schema import DTYPES
 from .work import (
+    PARTIAL_RECORDS,
     PER_TILE_WORK,
     RECORD_ALIGN,
     RECORD_BYTES,
     RECORDS,
+    accepted_records,
     record_fields,
     record_problem,
 )
@@ -245,7 +247,7 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
             if port.dir == "in" and end not in fed:
                 problems.add(f"instances.{name}",
                              f"input port '{end}' ({port.kind}, "
-                             f"{port.dtype or ', '.join(record_fields(port.spec))}) of component "
+                             f"{port.dtype or _reads(port.spec)}) of component "
                              f"'{b.name}' is not connected",
                              f"add 'producer.port -> {end}' under connect:")
             connected = any(t.src == end for t in transfers)
@@ -270,6 +272,11 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
     return transfers
 
 
+def _reads(spec: dict[str, Any]) -> str:
+    """What a work port reads, as an error names it: its record types, or its fields."""
+    return " or ".join(accepted_records(spec)) or ", ".join(record_fields(spec))
+
+
 def _field(b: BoundContract, port: Port, name: str) -> Any:
     """A port field, evaluated where it does not depend on tunables."""
     value = port.spec.get(name)
@@ -292,7 +299,17 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
                      "connect ports of the same kind")
         return None
     if src.kind == "work":
-        return _work_kind(conn.key, pair, src, dst, problems)
+        kind = _work_kind(conn.key, pair, src, dst, problems)
+        if kind and src.spec["record"] in PARTIAL_RECORDS:
+            shapes = (_field(sb, src, "shape"), _field(db, dst, "shape"))
+            if shapes[0] != shapes[1]:
+                problems.add(conn.key, f"{pair}: the pieces of a {src.spec['record']} meet "
+                                       f"as partial tiles of shape {shapes[0]}, the "
+                                       f"consumer's tile is {shapes[1]}",
+                             "give the scheduler the consumer's tile shape (its params "
+                             "tile_m, tile_n)")
+                return None
+        return kind
     differs = {f: (_field(sb, src, f), _field(db, dst, f))
                for f in ("dtype", "shape", "layout", "count")
                if _field(sb, src, f) != _field(db, dst, f)}
@@ -821,6 +838,13 @@ def _workspace(bound: dict[str, BoundContract]) -> tuple[dict[str, GlobalSlots],
         g = out[key]
         out[key] = GlobalSlots(g.slot_offset, g.slot_bytes, offset, slots)
         offset = _align(offset + 4 * slots, WORKSPACE_ALIGN)
+    # Contract scratch (a split-K scheduler's partial tiles): written before it is
+    # read within a launch, so never zeroed; keyed "inst.scratch.name".
+    for inst, b in bound.items():
+        for name, size in sorted(b.contract.section("scratch").items()):
+            nbytes = _align(b.eval(size, f"scratch.{name}"), WORKSPACE_ALIGN)
+            out[f"{inst}.scratch.{name}"] = GlobalSlots(offset, nbytes, offset, 0)
+            offset += nbytes
     # Contract counters (a dynamic scheduler's tile counter): zeroed per launch like
     # the hand-off counters, keyed "inst.counter.name".
     for inst, b in bound.items():

@@ -22,7 +22,13 @@ import jsonschema
 from . import expr, yamlload
 from .errors import ContractError
 from .schema import C_IDENT, CONNECTION, CONTRACT_SCHEMA, IDENT, PARAM_STRING, Validator
-from .work import K_RANGE_FIELDS, PER_TILE_WORK, record_fields
+from .work import (
+    K_RANGE_FIELDS,
+    PARTIAL_RECORDS,
+    PER_TILE_WORK,
+    accepted_records,
+    record_fields,
+)
 from .yamlload import clip
 
 WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma"}
@@ -431,6 +437,12 @@ def _check_work_ports(c: Contract) -> None:
             raise ContractError(f"work port '{port.name}' needs one of 'record' or 'fields'",
                                 where=c.where(key),
                                 hint="record: gemm_tile, or fields: [the fields it reads]")
+        if port.kind == "work" and "shape" not in port.spec and any(
+                r in PARTIAL_RECORDS for r in accepted_records(port.spec)):
+            raise ContractError(f"work port '{port.name}' carries split_tile records but "
+                                "states no tile shape", where=c.where(key),
+                                hint="add shape: [tile_m, tile_n]: the pieces of a split "
+                                     "tile exchange fp32 partials of that shape")
         if port.kind == "work" and port.dir == "out":
             if not isinstance(port.spec["record"], str):
                 raise ContractError(f"work out port '{port.name}' lists record types "
@@ -493,6 +505,8 @@ def _expressions(c: Contract):
             yield f"args[{i}].box[{j}]", v
     for name, count in c.section("counters").items():
         yield f"counters.{name}", count
+    for name, size in c.section("scratch").items():
+        yield f"scratch.{name}", size
 
 
 def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
@@ -507,6 +521,7 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 # may read params but no tunable.
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
                            r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]|counters\.\w+"
+                           r"|scratch\.\w+"
                            r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers"
                            r"|shape\[\d+\])")
 
@@ -521,6 +536,7 @@ _RANGES = (
      1, None, "a port has at least one of each"),
     (r"smem\.\w+\.align", 1, None, "an alignment is a power of two"),
     (r"counters\.\w+", 1, None, "a counters entry holds at least one counter"),
+    (r"scratch\.\w+", 1, None, "a scratch entry holds at least one byte"),
     (r"args\[\d+\]\.box\[\d+\]", 1, 256, "a TMA box spans 1..256 elements"),
     (r".*", 0, None, "sizes and counts are not negative"),
 )

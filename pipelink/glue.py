@@ -46,7 +46,7 @@ _ARG_LAYOUT = {  # kernel-parameter type, size, alignment per contract arg type
 @dataclass(frozen=True)
 class ParamField:
     name: str                  # field of the kernel parameter struct
-    instance: str | None       # None for the workspace pointer
+    instance: str | None       # None for the workspace pointer and the launch token
     arg: str
     type: str                  # contract arg type
     ctype: str
@@ -57,7 +57,8 @@ class ParamField:
 
 def param_layout(kernel: Kernel) -> tuple[list[ParamField], int]:
     """The kernel parameter struct: tensormaps first, then 8-, then 4-byte fields,
-    each in recipe order, then the workspace pointer. Offsets follow C layout rules
+    each in recipe order, then the workspace pointer and the launch token (set by the
+    runtime per launch, see pl::KernelInfo). Offsets follow C layout rules
     and the glue static_asserts them, so kernel.json and the device agree."""
     entries = []
     for inst, b in kernel.bound.items():
@@ -81,7 +82,8 @@ def param_layout(kernel: Kernel) -> tuple[list[ParamField], int]:
         offset += size
     offset = -(-offset // 8) * 8
     fields.append(ParamField("workspace", None, "workspace", "ptr", "void*", offset, 8, {}))
-    total = -(-(offset + 8) // 64) * 64
+    fields.append(ParamField("launch", None, "launch", "u64", "uint64_t", offset + 8, 8, {}))
+    total = -(-(offset + 16) // 64) * 64
     return fields, total
 
 
@@ -252,6 +254,8 @@ class _Glue:
             return str(p.tunables[f"{inst}.{name}"])
         if section == "counters":
             return str(self.k.workspace[f"{inst}.counter.{name}"].counter_offset)
+        if section == "scratch":
+            return str(self.k.workspace[f"{inst}.scratch.{name}"].slot_offset)
         port = b.contract.ports[name]
         if port.dir == "out":
             return self.port_of(inst, name) if port.kind == "smem_pipeline" \
@@ -381,7 +385,7 @@ class _Glue:
         w = self.w
         columns = self.tmem_columns()
         if not columns:
-            w("const pl::KernelInfo k = {p.workspace, 0};")
+            w("const pl::KernelInfo k = {p.workspace, 0, p.launch};")
             return
         slot = self.p.smem[TMEM_ADDRESS_SLOT][0]
         w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}.")
@@ -394,7 +398,7 @@ class _Glue:
         w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
         w("__syncthreads();")
         w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
-        w(f"const pl::KernelInfo k = {{p.workspace, *pl::smem_ptr<uint32_t>({slot})}};")
+        w(f"const pl::KernelInfo k = {{p.workspace, *pl::smem_ptr<uint32_t>({slot}), p.launch}};")
 
     def tmem_free(self) -> None:
         columns = self.tmem_columns()
@@ -555,17 +559,30 @@ class _Glue:
         w("__syncwarp();  // the scheduler's warp reconverges before any later barrier")
 
     def next_record(self) -> None:
-        """Declares `tile`, the next work record: read from the work ring (wait, read,
-        release) or, without a scheduler, this CTA's one tile from blockIdx."""
+        """Declares `tile`, the next work record, and leaves the loop at the end marker:
+        a reference into the work ring, held until :meth:`done_record` (so roles read
+        fields where they use them), or, without a scheduler, this CTA's one tile from
+        blockIdx."""
         w = self.w
         if self.k.work is None:
             w("const pl::WorkTile tile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
               "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0), 0, pl::kRowsUnbounded};")
+            w("if (!tile.is_valid()) break;")
             return
         ring = self.work_ring()
-        w(f"const pl::WorkTile tile = pl::work_wait({ring}, work);")
+        w(f"const pl::WorkTile& tile = pl::work_wait({ring}, work);")
+        w.open("if (!tile.is_valid())")
         w(f"pl::work_release({ring}, work);")
-        w(f"work.advance({ring});")
+        w("break;")
+        w.close()
+
+    def done_record(self) -> None:
+        """Hands the record's stage back once every role of the warp is done with it."""
+        if self.k.work is None:
+            return
+        ring = self.work_ring()
+        self.w(f"pl::work_release({ring}, work);")
+        self.w(f"work.advance({ring});")
 
     def open_loop(self) -> None:
         if self.k.work is None:
@@ -578,7 +595,6 @@ class _Glue:
         w = self.w
         self.open_loop()
         self.next_record()
-        w("if (!tile.is_valid()) break;")
         arrays = self.register_arrays(lane)
         for decl in sorted(set(arrays.values())):
             w(decl[1])
@@ -588,6 +604,7 @@ class _Glue:
                            for _, port, _ in header.register_ports(b, role))
             w(f"{self.ns(b)}{b.symbol(b.contract.roles[role].entry)}(pl_at_{inst}, "
               f"args_{inst}, k, tile, st_{inst}_{role}{regs});")
+        self.done_record()
         w.close()
 
     def hooks(self, lane: Lane, hook: str) -> None:
@@ -636,12 +653,13 @@ class _Glue:
         w(f"const uint32_t thread = threadIdx.x - {slot.warp_base * THREADS_PER_WARP};")
         self.open_loop()
         self.next_record()
-        w("if (!tile.is_valid()) break;")
-        w.open(f"for (uint32_t i = 0; i < {count}; ++i)")
+        w(f"const uint32_t stages = {count};")
+        w.open("for (uint32_t i = 0; i < stages; ++i)")
         w(f"pl_convert_stage<{from_t}, {to_t}, {transpose}, {rows}, {cols}>("
           f"pl_cvt_from_{t.converter}, from_state, pl_cvt_to_{t.converter}, to_state, thread, "
           f"{CONVERTER_THREADS});")
         w.close()
+        self.done_record()
         w.close()
 
 

@@ -31,7 +31,7 @@ CXX_ARG: dict[str, str] = {
 # field per name in that section, so a port and its buffer may share a name.
 PLACE_SECTIONS = (("role", "roles"), ("smem", "smem"), ("mbar", "mbarriers"),
                   ("bar", "named_barriers"), ("tmem", "tmem"), ("tune", "tunables"),
-                  ("port", "ports"), ("counter", "counters"))
+                  ("port", "ports"), ("counter", "counters"), ("scratch", "scratch"))
 
 
 def place_fields(bound: BoundContract) -> list[tuple[str, list[tuple[str, str, str]]]]:

@@ -204,7 +204,7 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
                        for inst, b in kernel.bound.items()},
         "workspace": {"bytes": kernel.workspace_bytes,
                       "counters": sorted([g.counter_offset, 4 * g.slots]
-                                         for g in kernel.workspace.values())},
+                                         for g in kernel.workspace.values() if g.slots)},
         "launch": launch_spec(kernel.recipe.launch),
         "toolchain": tc.versions(),
         "inputs": {inst: obj.header["ltoir_sha256"] for inst, obj in sorted(objects.items())},

@@ -64,7 +64,8 @@ PORT = _obj({
                "description": "work in: the record fields this role reads, instead of "
                               "naming a record type"},
     "shape": {"type": "array", "items": EXPR, "minItems": 1, "maxItems": 4,
-              "description": "tile shape of one stage (smem_pipeline, global)"},
+              "description": "tile shape of one stage (smem_pipeline, global); work: the "
+                             "tile whose partials split_tile pieces exchange"},
     "layout": {"type": "string", "description": "row_major, col_major, sw128_kmajor, "
                                                 "or a named fragment layout"},
     "count": {**EXPR, "description": "registers: elements per thread"},
@@ -142,6 +143,9 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "static_smem": {**EXPR, "description": "bytes of static __shared__ variables the source "
                                            "declares (not placed, but counted against the "
                                            "block's limit; the linker checks the code)"},
+    "scratch": _map(EXPR, "bytes of global workspace this component owns, not zeroed "
+                          "(a split-K scheduler's partial tiles); the placement gives its "
+                          "byte offset, at.scratch.<name>"),
     "counters": _map(EXPR, "uint32 counters in the global workspace, zeroed before every "
                            "launch (a dynamic scheduler's tile counter); the placement gives "
                            "each one's byte offset"),

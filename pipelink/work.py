@@ -13,7 +13,7 @@ from typing import Any
 
 # The fields of pl::WorkTile, in layout order (both record types share it).
 WORK_TILE_FIELDS = ("m_block", "n_block", "group", "k_begin", "k_end", "valid", "m_offset",
-                    "m_end")
+                    "m_end", "k_split", "k_splits", "partials", "flag")
 
 # record type -> (C++ type, field names in layout order)
 RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -25,15 +25,30 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     # from m_end on belong to the next problem: a store that ignored m_end would
     # overwrite them.
     "grouped_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
+    # One GEMM whose tiles may be split along K (split-K): each piece's fp32 partial
+    # accumulators meet in the workspace, and only the last piece stores the tile. A
+    # consumer that ignored k_splits would store a partial sum as the result.
+    "split_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
 }
-RECORD_BYTES = 32          # sizeof(pl::WorkTile): eight int32 fields, aligned to 16
+# Records whose pieces exchange partial accumulators: both ends of the ring state the
+# tile shape (so both size a partial alike).
+PARTIAL_RECORDS = ("split_tile",)
+RECORD_BYTES = 48          # sizeof(pl::WorkTile): twelve 32-bit fields, aligned to 16
 RECORD_ALIGN = 16
 PER_TILE_WORK = "work"     # per_tile: stages per work item come from the record's k range
 # Fields a role reads when it walks K over the record's range (per_tile: work).
 K_RANGE_FIELDS = ("k_begin", "k_end")
-# A consumer of grouped_tile records that reads m_block must also read these: m_block
-# alone names rows of another problem, and nothing else stops its stores at m_end.
-GROUP_ROW_FIELDS = ("m_offset", "m_end")
+# What a consumer listing fields must read with m_block or n_block (the fields a role
+# that stores the tile reads), per record type, and why.
+COMPANION_FIELDS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "grouped_tile": (("m_offset", "m_end"), "it would address rows of another problem",
+                     "read m_offset (the problem's first row) and m_end (where its rows "
+                     "stop)"),
+    "split_tile": (("k_split", "k_splits", "partials", "flag"),
+                   "it would store one piece's partial sum as the tile",
+                   "combine the pieces (pipelink/splitk.cuh) and read k_split, k_splits, "
+                   "partials and flag"),
+}
 
 
 def accepted_records(spec: dict[str, Any]) -> tuple[str, ...]:
@@ -54,6 +69,10 @@ def record_fields(spec: dict[str, Any]) -> tuple[str, ...]:
     return tuple(spec.get("fields", ()))
 
 
+_EXAMPLE = {"grouped_tile": " (rows stop at m_end: e.g. grouped_store_epilogue)",
+            "split_tile": " (pieces combine their partials: e.g. store_epilogue)"}
+
+
 def record_problem(produced: str, consumer: dict[str, Any]) -> tuple[str, str] | None:
     """Why a consumer port cannot read records of type ``produced``, as (problem, hint),
     or None when it can."""
@@ -63,20 +82,17 @@ def record_problem(produced: str, consumer: dict[str, Any]) -> tuple[str, str] |
             return None
         return (f"the consumer reads {' or '.join(named)} records, the scheduler produces "
                 f"{produced}",
-                "use a consumer that handles " + produced + (
-                    " (rows stop at m_end: e.g. grouped_store_epilogue)"
-                    if produced == "grouped_tile" else "") +
+                "use a consumer that handles " + produced + _EXAMPLE.get(produced, "") +
                 ", or a scheduler that produces " + " or ".join(named))
     fields = record_fields(consumer)
     missing = [f for f in fields if f not in RECORDS[produced][1]]
     if missing:
         return (f"the consumer reads field(s) {', '.join(missing)}, which record {produced} "
                 "does not have", f"{produced} has: {', '.join(RECORDS[produced][1])}")
-    if produced == "grouped_tile" and "m_block" in fields \
-            and not set(GROUP_ROW_FIELDS) <= set(fields):
-        return ("the consumer reads m_block of grouped_tile records without "
-                + " and ".join(GROUP_ROW_FIELDS) + ": it would address rows of another "
-                "problem", "read m_offset (the problem's first row) and m_end (where its "
-                "rows stop), or name the record types the component handles: "
-                "record: [gemm_tile, grouped_tile]")
+    companions, why, what = COMPANION_FIELDS.get(produced, ((), "", ""))
+    if {"m_block", "n_block"} & set(fields) and not set(companions) <= set(fields):
+        return (f"the consumer reads fields {', '.join(fields)} of {produced} records without "
+                f"{', '.join(c for c in companions if c not in fields)}: {why}",
+                f"{what}, or name the record types the component handles: "
+                f"record: [gemm_tile, {produced}]")
     return None

@@ -8,6 +8,7 @@
 
 #include "pl_bias_gelu_epilogue.h"
 #include "pipelink/epilogue.cuh"
+#include "pipelink/splitk.cuh"
 
 using Params = pl_params_bias_gelu_epilogue;
 using Element = Params::dtype;
@@ -72,11 +73,14 @@ __device__ __forceinline__ uint32_t gelu_pair(float x0, float x1, float bias0, f
 // chunk once it is complete.
 extern "C" __device__ void pl_bias_gelu_epilogue_store(const pl_place_bias_gelu_epilogue& at,
                                                        const pl_args_bias_gelu_epilogue& args,
-                                                       const pl::KernelInfo&,
+                                                       const pl::KernelInfo& k,
                                                        const pl::WorkTile& tile,
                                                        pl_state_bias_gelu_epilogue_store&,
                                                        float (&acc)[kAccCount]) {
   const uint32_t thread = pl::thread_in_role(at.role.store);
+  if (!pl::splitk::combine<kAccCount, kThreads>(tile, k, acc, thread, at.bar.staged)) {
+    return;   // a piece of a split tile: its partial is published, the last piece stores
+  }
   const uint32_t first_row = pl::epi::warp_row(thread);
   const pl::epi::StagedStore<kBuffers> out{at.bar.staged, kThreads, thread == 0};
   const int32_t row = tile.m_block * int32_t(kTileM);

@@ -5,6 +5,7 @@
 
 #include "pl_store_epilogue.h"
 #include "pipelink/epilogue.cuh"
+#include "pipelink/splitk.cuh"
 
 using Params = pl_params_store_epilogue;
 using Element = Params::dtype;
@@ -34,10 +35,13 @@ static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
 // chunk into the staging tile; the issuer stores each chunk once it is complete.
 extern "C" __device__ void pl_store_epilogue_store(const pl_place_store_epilogue& at,
                                                    const pl_args_store_epilogue& args,
-                                                   const pl::KernelInfo&, const pl::WorkTile& tile,
+                                                   const pl::KernelInfo& k, const pl::WorkTile& tile,
                                                    pl_state_store_epilogue_store&,
                                                    float (&acc)[kAccCount]) {
   const uint32_t thread = pl::thread_in_role(at.role.store);
+  if (!pl::splitk::combine<kAccCount, kThreads>(tile, k, acc, thread, at.bar.staged)) {
+    return;   // a piece of a split tile: its partial is published, the last piece stores
+  }
   const uint32_t first_row = pl::epi::warp_row(thread);
   const pl::epi::StagedStore<kBuffers> out{at.bar.staged, kThreads, thread == 0};
   const int32_t row = tile.m_block * int32_t(kTileM);

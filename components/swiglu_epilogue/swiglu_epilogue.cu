@@ -17,6 +17,7 @@
 
 #include "pl_swiglu_epilogue.h"
 #include "pipelink/epilogue.cuh"
+#include "pipelink/splitk.cuh"
 
 using Params = pl_params_swiglu_epilogue;
 using Element = Params::dtype;
@@ -63,10 +64,13 @@ __device__ __forceinline__ uint32_t swiglu_pair(float gate0, float gate1, float 
 // blocks chunk by chunk in the staging tile; the issuer stores each complete chunk.
 extern "C" __device__ void pl_swiglu_epilogue_store(const pl_place_swiglu_epilogue& at,
                                                     const pl_args_swiglu_epilogue& args,
-                                                    const pl::KernelInfo&, const pl::WorkTile& tile,
+                                                    const pl::KernelInfo& k, const pl::WorkTile& tile,
                                                     pl_state_swiglu_epilogue_store&,
                                                     float (&acc)[kAccCount]) {
   const uint32_t thread = pl::thread_in_role(at.role.store);
+  if (!pl::splitk::combine<kAccCount, kThreads>(tile, k, acc, thread, at.bar.staged)) {
+    return;   // a piece of a split tile: its partial is published, the last piece stores
+  }
   const uint32_t first_row = pl::epi::warp_row(thread);
   const pl::epi::StagedStore<kBuffers> out{at.bar.staged, kThreads, thread == 0};
   const int32_t row = tile.m_block * int32_t(kTileM);

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,11 @@ KERNEL_JSON = "kernel.json"
 DEFAULT_PTR_ALIGN = 16
 _SCALAR = {"u32": "<I", "i32": "<i", "u64": "<Q", "f32": "<f"}
 WORKSPACE_FIELD = "workspace"
+LAUNCH_FIELD = "launch"
+# Launch tokens (pl::KernelInfo::launch): a random 62-bit start, then one per launch, so
+# a token is never 0 (what a consumed flag is reset to) and never what a fresh
+# workspace happens to hold, in practice.
+_TOKENS = itertools.count((int.from_bytes(os.urandom(8), "little") >> 2) | 1)
 
 
 def read_kernel_folder(folder: Path) -> tuple[dict[str, Any], bytes]:
@@ -166,8 +173,11 @@ class Launch:
         self._buffer = ctypes.create_string_buffer(block, len(block))
         self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._buffer))
         self._address = ctypes.addressof(self._params)
-        field = kernel.fields[WORKSPACE_FIELD]
-        self._workspace_at = ctypes.addressof(self._buffer) + field["offset"]
+        self._workspace_at = ctypes.addressof(self._buffer) + kernel.fields[WORKSPACE_FIELD][
+            "offset"]
+        launch = kernel.fields.get(LAUNCH_FIELD)
+        self._launch_at = None if launch is None else ctypes.addressof(self._buffer) + launch[
+            "offset"]
         self._shape = (*grid, *kernel.meta["block"], kernel.meta["dynamic_smem"])
         self._cu_launch = driver().cuLaunchKernel
         self._success = driver().CUresult.CUDA_SUCCESS
@@ -183,6 +193,8 @@ class Launch:
             owned = call(drv.cuMemAllocAsync(k.workspace_bytes, stream), "allocating the workspace")
             workspace = int(owned)
         ctypes.c_uint64.from_address(self._workspace_at).value = workspace
+        if self._launch_at is not None:
+            ctypes.c_uint64.from_address(self._launch_at).value = next(_TOKENS)
         for offset, nbytes in k.counters:
             call(drv.cuMemsetD8Async(workspace + offset, 0, nbytes, stream),
                  "zeroing hand-off counters")

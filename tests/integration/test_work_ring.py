@@ -85,10 +85,9 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
 
 
 def test_gemm_work_ring_in_sass(gemm):
-    """The scheduler lane stores a 32-byte record (two 16-byte stores) and arrives on
-    full; each consuming warp waits, loads it (16 + 8 bytes: the valid flag and
-    k range sit in the second half) and its first lane arrives on empty. Every
-    offset is an immediate."""
+    """The scheduler lane stores a 48-byte record (three 16-byte stores) and arrives on
+    full; each consuming warp waits, loads what it reads of it and its first lane
+    arrives on empty. Every offset is an immediate."""
     text = sass(gemm["linked"].cubin)
     p = gemm["linked"].placement
     records = p.smem["sched.work.records"][0]
@@ -96,6 +95,7 @@ def test_gemm_work_ring_in_sass(gemm):
     empty = p.smem["sched.mbar.work.empty"][0]
     assert len(re.findall(rf"STS\.128 \[R\d+\+{records:#x}\]", text)) == 1
     assert len(re.findall(rf"STS\.128 \[R\d+\+{records + 16:#x}\]", text)) == 1
+    assert len(re.findall(rf"STS\.128 \[R\d+\+{records + 32:#x}\]", text)) == 1
     assert len(re.findall(rf"LDS\.128 R\d+, \[R\d+\+{records:#x}\]", text)) == 2
     assert re.search(rf"SYNCS\.ARRIVE\.TRANS64\.A1T0 RZ, \[R\d+\+URZ\+{full:#x}\]", text)
     assert len(re.findall(rf"SYNCS\.ARRIVE\.TRANS64\.A1T0 RZ, \[R\d+\+URZ\+{empty:#x}\]",
@@ -103,18 +103,20 @@ def test_gemm_work_ring_in_sass(gemm):
     assert "ATOM" not in text            # the static schedule needs no global atomic
 
 
-def test_dynamic_scheduler_claims_tiles_from_a_zeroed_counter(out):
-    result = _link(out, "gemm_dynamic", "sm_90a")
-    counter = result.kernel.workspace["sched.counter.next_tile"]
-    meta = json.loads(result.kernel_json.read_text())
-    assert [counter.counter_offset, 4] in meta["workspace"]["counters"]
+def test_gemm_split_k_tail_in_sass(gemm):
+    """A piece of a split tile stores its 128 fp32 accumulators per thread as 32 float4
+    (L2 only), then one release store sets its flag to the launch token; the last
+    piece spins on acquire loads, then reads each other piece's partial as 32 float4
+    from L2. Nothing in the workspace needs zeroing (kernel.json lists no counters)."""
+    result = gemm["linked"]
     ops = sass_instructions(result.cubin)
-    assert sum(op.startswith(("ATOMG", "ATOM.")) for op in ops) == 1, \
-        [op for op in ops if "ATOM" in op]
-
-
-def test_grouped_gemm_linked_and_monolithic_sass_are_identical(out):
-    """The grouped scheduler's cursor and the bounded epilogue fold like the rest."""
-    linked = sass_instructions(_link(out, "grouped_gemm", "sm_90a").cubin)
-    assert linked == sass_instructions(_link(out, "grouped_gemm", "sm_90a", "mono").cubin)
-    assert not {"LDL", "STL"} & {op.split(".")[0] for op in linked}
+    assert ops.count("STG.E.128.STRONG.GPU") == 32
+    assert ops.count("LDG.E.128.STRONG.GPU") == 32
+    assert "MEMBAR.ALL.GPU" in ops and ops.count("STG.E.64.STRONG.GPU") == 1
+    meta = json.loads(result.kernel_json.read_text())
+    partials = result.kernel.workspace["sched.scratch.partials"]
+    flags = result.kernel.workspace["sched.scratch.flags"]
+    assert meta["workspace"]["counters"] == []
+    assert partials.slot_bytes == 160 * 128 * 256 * 4 and flags.slot_bytes >= 160 * 8
+    assert meta["workspace"]["bytes"] >= flags.slot_offset + flags.slot_bytes
+    assert [f["name"] for f in meta["params"]["fields"][-2:]] == ["workspace", "launch"]

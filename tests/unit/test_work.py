@@ -133,12 +133,14 @@ def test_glue_reads_the_ring_before_each_role_entry(tree):
                      "pl::work_commit(pl_work_sched, work, tile);",
                      "work.advance(pl_work_sched);", "if (!tile.is_valid()) break;"]
     _in_order(text, producer_loop)
-    # Each consumer: wait, read, release, then the role entries with the record.
+    # Each consumer: wait, the role entries with the record read in place, then release;
+    # the end marker is released before the loop ends.
     b = kernel.bound["reduce"]
-    consumer_loop = ["const pl::WorkTile tile = pl::work_wait(pl_work_sched, work);",
-                     "pl::work_release(pl_work_sched, work);", "work.advance(pl_work_sched);",
-                     "if (!tile.is_valid()) break;",
-                     f"pl_reducer_reduce_{b.params_hash()}(pl_at_reduce, args_reduce, k, tile"]
+    consumer_loop = ["const pl::WorkTile& tile = pl::work_wait(pl_work_sched, work);",
+                     "if (!tile.is_valid()) {", "pl::work_release(pl_work_sched, work);",
+                     "break;",
+                     f"pl_reducer_reduce_{b.params_hash()}(pl_at_reduce, args_reduce, k, tile",
+                     "pl::work_release(pl_work_sched, work);", "work.advance(pl_work_sched);"]
     _in_order(text, consumer_loop)
     assert text.count("pl::work_wait(pl_work_sched, work)") == 2      # two consuming lanes
     assert "blockIdx.x), int32_t(blockIdx.y)" not in text
@@ -154,9 +156,10 @@ def test_a_generated_converter_consumes_the_ring_and_counts_stages_per_record(tr
     assert kernel.work.arrivals == 1 + 4 + 4          # loader, reducer+store, converter warps
     text = glue.generate(kernel, place_kernel(kernel))
     assert text.count("pl::work_wait(pl_work_sched, work)") == 3
-    _in_order(text, ["pl::work_wait(pl_work_sched, work);", "if (!tile.is_valid()) break;",
-                     "for (uint32_t i = 0; i < tile.k_tiles(); ++i)", "pl_convert_stage<float, "
-                     "__nv_bfloat16"])
+    _in_order(text, ["pl::work_wait(pl_work_sched, work);", "if (!tile.is_valid()) {",
+                     "const uint32_t stages = tile.k_tiles();",
+                     "for (uint32_t i = 0; i < stages; ++i)", "pl_convert_stage<float, "
+                     "__nv_bfloat16", "pl::work_release(pl_work_sched, work);"])
 
 
 def test_without_a_scheduler_each_cta_gets_one_record_from_blockidx(tree):
@@ -262,11 +265,21 @@ def _grouped(contracts: dict) -> None:
     contracts["reducer"]["ports"]["work"]["fields"] += ["m_offset", "m_end"]
 
 
+def _split(contracts: dict) -> None:
+    """The scheduler produces split_tile records of 128 x 256 tiles; the loader and the
+    reducer handle them, the store (fields only) does not combine pieces."""
+    contracts["sched"]["ports"]["work"].update(record="split_tile", shape=[128, 256])
+    contracts["loader"]["ports"]["work"].update(record=["gemm_tile", "split_tile"],
+                                                shape=[128, 256])
+    contracts["reducer"]["ports"]["work"] = {"dir": "in", "kind": "work",
+                                             "record": ["split_tile"], "shape": [128, 256]}
+
+
 CASES = [
     Case("record_field_the_producer_lacks", CheckError,
          (f"{RECIPE}: connect[1]", "'sched.work' (sched) -> 'reduce.work' (reducer)",
           "field(s) expert", "gemm_tile has: m_block, n_block, group, k_begin, k_end, valid, "
-          "m_offset, m_end"),
+          "m_offset, m_end, k_split, k_splits, partials, flag"),
          contracts=_set("reducer", "ports.work.fields", ["m_block", "expert", "k_begin",
                                                          "k_end"])),
     Case("ring_with_no_consumer", CheckError,
@@ -291,9 +304,8 @@ CASES = [
           "item, 'reduce.x' takes per_tile args.k_tiles", "per_tile: work"),
          contracts=_mixed_trip_counts, recipe=_with_reduce_k_tiles),
     Case("trip_count_from_a_record_nobody_produces", CheckError,
-         (f"{RECIPE}: instances.load", "input port 'load.work' (work, m_block, n_block, "
-          "group, k_begin, k_end, valid, m_offset, m_end) of component 'loader' is not "
-          "connected"),
+         (f"{RECIPE}: instances.load", "input port 'load.work' (work, gemm_tile) of "
+          "component 'loader' is not connected"),
          contracts=_work_without_scheduler, recipe=_no_scheduler_recipe),
     # Contracts.
     Case("work_out_port_outside_a_scheduler", ContractError,
@@ -321,9 +333,24 @@ CASES = [
                                                 {"dir": "in", "kind": "work",
                                                  "record": "gemm_tile"})(c))),
     Case("m_block_of_grouped_work_without_its_rows", CheckError,
-         (f"{RECIPE}: connect[2]", "reads m_block of grouped_tile records without m_offset "
-          "and m_end", "record: [gemm_tile, grouped_tile]"),
+         (f"{RECIPE}: connect[2]", "reads fields m_block of grouped_tile records without "
+          "m_offset, m_end: it would address rows of another problem",
+          "record: [gemm_tile, grouped_tile]"),
          contracts=_grouped),
+    # Split-K: the pieces of a tile exchange partials, so every end states the tile.
+    Case("epilogue_that_would_store_a_partial_sum", CheckError,
+         (f"{RECIPE}: connect[2]", "reads fields m_block of split_tile records without "
+          "k_split, k_splits, partials, flag: it would store one piece's partial sum",
+          "pipelink/splitk.cuh"),
+         contracts=_split),
+    Case("split_tile_consumer_without_a_tile_shape", ContractError,
+         ("components/loader/contract.yaml: ports.work", "carries split_tile records but "
+          "states no tile shape", "shape: [tile_m, tile_n]"),
+         contracts=lambda c: (_split(c), _set("loader", "ports.work.shape", None)(c))),
+    Case("split_tile_pieces_of_another_shape", CheckError,
+         (f"{RECIPE}: connect[0]", "the pieces of a split_tile meet as partial tiles of "
+          "shape [128, 256], the consumer's tile is [128, 128]", "tile_m, tile_n"),
+         contracts=lambda c: (_split(c), _set("loader", "ports.work.shape", [128, 128])(c))),
     Case("scheduler_that_lists_record_types", ContractError,
          ("components/sched/contract.yaml: ports.work.record", "lists record types",
           "a scheduler produces one record type"),

@@ -16,6 +16,7 @@
 #include "pipelink/tma.cuh"
 #include "pipelink/warp.cuh"
 #include "pipelink/global_handoff.cuh"
+#include "pipelink/splitk.cuh"
 #include "pipelink/wgmma.cuh"
 #include "pipelink/tcgen05.cuh"
 #include "pipelink/epilogue.cuh"

@@ -39,14 +39,20 @@ struct GlobalPort {
 // travel with the work: a role that walks K iterates k_tiles() steps starting at
 // k_begin, so one bind (the scheduler's) sets them all.
 //
-// Two record types share this layout (pipelink/work.py names them for the checker):
+// Three record types share this layout (pipelink/work.py names them for the checker):
 //   gemm_tile     rows of tile m_block are [m_block * tile_m, +tile_m); the tensor's
 //                 edge bounds them (m_offset = 0, m_end = kRowsUnbounded);
 //   grouped_tile  problem `group` owns rows [m_offset, m_end) of row-packed A and C;
 //                 tile m_block covers m_offset + [m_block * tile_m, +tile_m), and rows
 //                 from m_end on belong to the next problem: loads may read them, stores
-//                 must not write them.
-struct alignas(16) WorkTile {  // 32 bytes: two 16-byte shared loads
+//                 must not write them;
+//   split_tile    a gemm_tile whose k-tiles may be split in k_splits pieces (split-K):
+//                 piece k_split covers [k_begin, k_end), and the pieces' fp32 partial
+//                 accumulators meet in the kernel's workspace (pipelink/splitk.cuh) at
+//                 byte offsets the scheduler gives: `partials` (piece 0's; the pieces
+//                 follow at the tile's accumulator size) and `flag` (piece 0's
+//                 published flag, one uint64 per piece). k_splits <= 1: a whole tile.
+struct alignas(16) WorkTile {  // 48 bytes: three 16-byte shared loads
   int32_t m_block;
   int32_t n_block;
   int32_t group;     // problem index of grouped work; 0 otherwise
@@ -55,7 +61,12 @@ struct alignas(16) WorkTile {  // 32 bytes: two 16-byte shared loads
   int32_t valid;     // 0: the end marker, no more work
   int32_t m_offset;  // first row of the work's problem (grouped work); 0 otherwise
   int32_t m_end;     // one past the problem's last row; kRowsUnbounded otherwise
+  int32_t k_split;   // which piece of a split tile; 0 otherwise
+  int32_t k_splits;  // pieces the tile's k-tiles are split in; 0 or 1: not split
+  uint32_t partials; // workspace byte offset of piece 0's partial accumulators
+  uint32_t flag;     // workspace byte offset of piece 0's flag (uint64 per piece)
   __device__ bool is_valid() const { return valid != 0; }
+  __device__ bool is_split() const { return k_splits > 1; }
   __device__ uint32_t k_tiles() const { return k_end > k_begin ? uint32_t(k_end - k_begin) : 0; }
   __device__ int32_t first_row(uint32_t tile_m) const {
     return m_offset + m_block * int32_t(tile_m);
@@ -84,6 +95,9 @@ struct KernelInfo {
   void* workspace;       // global workspace for global hand-offs (may be null)
   uint32_t tmem_base;    // Tensor Memory address the glue allocated (sm_100a), else 0;
                          // a component's columns are tmem_base + at.tmem.<alloc>
+  uint64_t launch;       // in a kernel with a workspace: nonzero and unique to each
+                         // launch the runtime makes (a captured launch replays its own),
+                         // so flags set to it need no zeroing before a launch
 };
 
 }  // namespace pl

@@ -1,0 +1,83 @@
+"""The split-K tail (splitk_scheduler + pipelink/splitk.cuh) on the H200: shapes whose
+last wave is split along K, compared element by element with fp32 PyTorch, bitwise
+equal from launch to launch (the pieces add up in a fixed order), and replayed from a
+CUDA graph with new inputs (the per-tile counters are zeroed inside the graph)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from .gemm_check import interleave
+
+pytestmark = pytest.mark.gpu
+
+ATOL, RTOL = 3e-2, 2e-2   # bf16 output of fp32 accumulation over K up to 4096
+
+# (M, N, K): tiles of 128 x 256 against 132 SMs, and how the tail splits
+SPLIT_SHAPES = [
+    (300, 1000, 2048),     # 12 tiles, all tail: 8 pieces each
+    (256, 22016, 4096),    # 172 tiles: one whole wave, 40 tail tiles in 3 pieces
+    (128, 37888, 3584),    # 148 tiles: 16 tail tiles in 8 pieces
+    (1000, 1000, 1000),    # 32 tiles in 4 pieces of 4 k-tiles, the last one ragged
+]
+
+
+def operands(m: int, n: int, k: int, seed: int):  # noqa: ANN201
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    w = (torch.randn(n, k, device="cuda", generator=gen) / math.sqrt(k)).to(torch.bfloat16)
+    return x, w
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("m,n,k", SPLIT_SHAPES)
+def test_split_tail_matches_pytorch_and_repeats_bitwise(build_dir, mode, m, n, k):
+    import torch
+
+    import pipelink
+    op = pipelink.load(build_dir / mode / "gemm")
+    x, w = operands(m, n, k, seed=m + n)
+    first = op(x, w, out=torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16))
+    torch.testing.assert_close(first.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
+    for _ in range(3):
+        again = op(x, w, out=torch.full_like(first, float("nan")))
+        assert torch.equal(again, first), "split-K pieces added up in a different order"
+
+
+@pytest.mark.parametrize("m,n,k", [(256, 22016, 4096), (300, 1008, 2048)])
+def test_split_tail_of_swiglu_sums_before_the_activation(build_dir, m, n, k):
+    import torch
+
+    import pipelink
+    op = pipelink.load(build_dir / "sm_90a" / "gemm_swiglu")
+    x, gate = operands(m, n // 2, k, seed=k)
+    _, up = operands(m, n // 2, k, seed=k + 1)
+    y = op(x, interleave(gate, up),
+           out=torch.full((m, n // 2), float("nan"), device="cuda", dtype=torch.bfloat16))
+    want = torch.nn.functional.silu(x.float() @ gate.float().t()) * (x.float() @ up.float().t())
+    torch.testing.assert_close(y.float(), want, atol=ATOL, rtol=RTOL)
+
+
+def test_split_tail_replays_from_a_cuda_graph_with_new_inputs(build_dir):
+    import torch
+
+    import pipelink
+    op = pipelink.load(build_dir / "sm_90a" / "gemm")
+    m, n, k = 256, 22016, 4096
+    x, w = operands(m, n, k, seed=7)
+    op(x, w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = op(x, w)
+    for seed in (8, 9, 10):
+        new_x, new_w = operands(m, n, k, seed=seed)
+        x.copy_(new_x)
+        w.copy_(new_w)
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
