@@ -13,15 +13,18 @@
 using Params = pl_params_bias_gelu_epilogue;
 using Element = Params::dtype;
 
+using Shape = pl::epi::StagedShape<Params::tile_m, Params::tile_n, Params::store_n,
+                                   Params::buffers, Element>;
+
 constexpr uint32_t kTileM = Params::tile_m;
 constexpr uint32_t kTileN = Params::tile_n;
 constexpr uint32_t kStoreN = Params::store_n;               // columns per TMA store
 constexpr uint32_t kBuffers = Params::buffers;
-constexpr uint32_t kThreads = kTileM / pl::epi::kRowsPerWarp * pl::kWarpThreads;
-constexpr uint32_t kAccCount = pl::epi::kRowsPerWarpgroup * kTileN / pl::kWarpgroupThreads;
-constexpr uint32_t kChunks = kTileN / kStoreN;              // TMA stores per tile
-constexpr uint32_t kBlocksPerChunk = kStoreN / pl::epi::kBlockCols;
-constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);  // (TILE_M, STORE_N)
+constexpr uint32_t kThreads = Shape::kThreads;
+constexpr uint32_t kAccCount = Shape::kAccCount;
+constexpr uint32_t kChunks = Shape::kChunks;                // TMA stores per tile
+constexpr uint32_t kBlocksPerChunk = Shape::kBlocksPerChunk;
+constexpr uint32_t kStagingBytes = Shape::kStagingBytes;    // (TILE_M, STORE_N)
 // In every 8-column block a thread holds two adjacent columns, 2 (t % 4) and the next,
 // in both of its rows: floats 4j, 4j+1 (upper row) and 4j+2, 4j+3 (8 rows below).
 constexpr uint32_t kColsPerThread = 2;
@@ -34,16 +37,6 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCubic = 0.044715f;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM % pl::epi::kRowsPerWarpgroup == 0,
-              "the accumulators come in 64-row warpgroup blocks: make tile_m a multiple of 64");
-static_assert(kStoreN * sizeof(Element) == pl::epi::kSwizzleRowBytes,
-              "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
-static_assert(kTileN % kStoreN == 0, "tile_n must be a multiple of store_n");
-static_assert(kBlocksPerChunk % 2 == 0,
-              "stmatrix stores 8-column blocks in pairs: make store_n a multiple of 16");
-static_assert(kChunks % kBuffers == 0,
-              "staging buffers rotate per chunk across tiles: make tile_n / store_n a multiple "
-              "of buffers");
 static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
 
 // gelu_tanh(x) in fp32 with one MUFU op: 0.5 x + 0.5 x tanh(inner).

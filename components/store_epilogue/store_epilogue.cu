@@ -10,25 +10,17 @@
 using Params = pl_params_store_epilogue;
 using Element = Params::dtype;
 
+using Shape = pl::epi::StagedShape<Params::tile_m, Params::tile_n, Params::store_n,
+                                   Params::buffers, Element>;
+
 constexpr uint32_t kTileM = Params::tile_m;
 constexpr uint32_t kTileN = Params::tile_n;
 constexpr uint32_t kStoreN = Params::store_n;               // columns per TMA store
 constexpr uint32_t kBuffers = Params::buffers;
-constexpr uint32_t kThreads = kTileM / pl::epi::kRowsPerWarp * pl::kWarpThreads;
-constexpr uint32_t kAccCount = pl::epi::kRowsPerWarpgroup * kTileN / pl::kWarpgroupThreads;
-constexpr uint32_t kChunks = kTileN / kStoreN;              // TMA stores per tile
-constexpr uint32_t kBlocksPerChunk = kStoreN / pl::epi::kBlockCols;
-constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);  // (TILE_M, STORE_N)
+constexpr uint32_t kThreads = Shape::kThreads;
+constexpr uint32_t kAccCount = Shape::kAccCount;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM % pl::epi::kRowsPerWarpgroup == 0,
-              "the accumulators come in 64-row warpgroup blocks: make tile_m a multiple of 64");
-static_assert(kStoreN * sizeof(Element) == pl::epi::kSwizzleRowBytes,
-              "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
-static_assert(kTileN % kStoreN == 0, "tile_n must be a multiple of store_n");
-static_assert(kChunks % kBuffers == 0,
-              "staging buffers rotate per chunk across tiles: make tile_n / store_n a multiple "
-              "of buffers");
 static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
 
 // Epilogue's perspective, per tile: every thread converts its fragment chunk by
@@ -47,18 +39,10 @@ extern "C" __device__ void pl_store_epilogue_store(const pl_place_store_epilogue
   const int32_t row = tile.m_block * int32_t(kTileM);
   const int32_t col = tile.n_block * int32_t(kTileN);
 #pragma unroll
-  for (uint32_t c = 0; c < kChunks; ++c) {
-    const uint32_t buffer = at.smem.staging + (c % kBuffers) * kStagingBytes;
+  for (uint32_t c = 0; c < Shape::kChunks; ++c) {
+    const uint32_t buffer = at.smem.staging + (c % kBuffers) * Shape::kStagingBytes;
     out.begin();
-#pragma unroll
-    for (uint32_t b = 0; b < kBlocksPerChunk; b += 2) {
-      const uint32_t f = (c * kBlocksPerChunk + b) * pl::epi::kFloatsPerBlock;  // first float
-      const uint32_t packed[4] = {pl::epi::pack_bf16x2(acc[f + 0], acc[f + 1]),
-                                  pl::epi::pack_bf16x2(acc[f + 2], acc[f + 3]),
-                                  pl::epi::pack_bf16x2(acc[f + 4], acc[f + 5]),
-                                  pl::epi::pack_bf16x2(acc[f + 6], acc[f + 7])};
-      pl::epi::stage_block_pair(buffer, first_row, b, packed);
-    }
+    pl::epi::stage_chunk_bf16<Shape::kBlocksPerChunk>(buffer, first_row, c, acc);
     out.finish(args.tma_c, buffer, col + int32_t(c * kStoreN), row);
   }
 }

@@ -77,6 +77,45 @@ __device__ __forceinline__ void stage_block_pair(uint32_t tile, uint32_t first_r
               packed[3]);
 }
 
+// What a bf16 epilogue staging a (TILE_M x TILE_N) fragment STORE_N columns at a time,
+// over BUFFERS rotating staging tiles, derives from its params, and the checks on them.
+template <uint32_t TILE_M, uint32_t TILE_N, uint32_t STORE_N, uint32_t BUFFERS, class Element>
+struct StagedShape {
+  static constexpr uint32_t kThreads = TILE_M / kRowsPerWarp * kWarpThreads;
+  static constexpr uint32_t kAccCount = kRowsPerWarpgroup * TILE_N / kWarpgroupThreads;
+  static constexpr uint32_t kChunks = TILE_N / STORE_N;            // staged chunks per tile
+  static constexpr uint32_t kBlocksPerChunk = STORE_N / kBlockCols;
+  static constexpr uint32_t kStagingBytes = TILE_M * STORE_N * sizeof(Element);
+
+  static_assert(sizeof(Element) == 2, "the staged epilogues write 16-bit elements (bf16)");
+  static_assert(TILE_M % kRowsPerWarpgroup == 0,
+                "the accumulators come in 64-row warpgroup blocks: make tile_m a multiple of 64");
+  static_assert(STORE_N * sizeof(Element) == kSwizzleRowBytes,
+                "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
+  static_assert(TILE_N % STORE_N == 0, "tile_n must be a multiple of store_n");
+  static_assert(kBlocksPerChunk % 2 == 0,
+                "stmatrix stores 8-column blocks in pairs: make store_n a multiple of 16");
+  static_assert(kChunks % BUFFERS == 0,
+                "staging buffers rotate per chunk across tiles: make tile_n / store_n a "
+                "multiple of buffers");
+};
+
+// Every thread rounds chunk `chunk` of its fragment (BLOCKS 8-column blocks) to bf16 and
+// stages it into the swizzled tile at `buffer` (warp-collective).
+template <uint32_t BLOCKS, uint32_t ACC>
+__device__ __forceinline__ void stage_chunk_bf16(uint32_t buffer, uint32_t first_row,
+                                                 uint32_t chunk, const float (&acc)[ACC]) {
+#pragma unroll
+  for (uint32_t b = 0; b < BLOCKS; b += 2) {
+    const uint32_t f = (chunk * BLOCKS + b) * kFloatsPerBlock;    // first float of the pair
+    const uint32_t packed[4] = {pack_bf16x2(acc[f + 0], acc[f + 1]),
+                                pack_bf16x2(acc[f + 2], acc[f + 3]),
+                                pack_bf16x2(acc[f + 4], acc[f + 5]),
+                                pack_bf16x2(acc[f + 6], acc[f + 7])};
+    stage_block_pair(buffer, first_row, b, packed);
+  }
+}
+
 // The staged TMA store of one tile in column chunks, with BUFFERS staging tiles in
 // rotation. Every thread of the role calls begin/finish around writing a chunk; one
 // thread (the issuer, always the same) issues the stores, so its bulk groups retire
