@@ -221,6 +221,8 @@ def report(path: Path) -> None:
     swiglu_x = [strongest(r["swiglu"]) / r["swiglu"]["linked"] for r in rows]
     flushed_x = [strongest(r["do_bench"]["swiglu"]) / r["do_bench"]["swiglu"]["linked"]
                  for r in rows if r.get("do_bench", {}).get("swiglu")]
+    gemm_flushed = [r["do_bench"]["gemm"]["cublas"] / r["do_bench"]["gemm"]["linked"]
+                    for r in rows if r.get("do_bench", {}).get("gemm")]
     gemm_big = geomean([r["gemm"]["cublas"] / r["gemm"]["linked"] for r in big])
     lm = [abs(r[k]["linked"] / r[k]["mono"] - 1) for r in rows for k in ("gemm", "swiglu")]
 
@@ -236,7 +238,8 @@ def report(path: Path) -> None:
              "of the whole function, and eager.", "",
              f"- gemm vs cuBLAS, geometric mean over M >= 2048: **{gemm_big:.3f}x** (target "
              f">= 1.03x: {verdict(gemm_big >= 1.03)}); slowest shape {min(gemm_x):.3f}x "
-             f"(target >= 0.95x: {verdict(min(gemm_x) >= 0.95)})",
+             f"events" + (f", {min(gemm_flushed):.3f}x do_bench" if gemm_flushed else "")
+             + f" (target >= 0.95x: {verdict(min(gemm_x) >= 0.95)})",
              f"- gemm_swiglu vs the strongest baseline, geometric mean over all shapes: "
              f"**{geomean(swiglu_x):.3f}x** events"
              + (f", {geomean(flushed_x):.3f}x do_bench" if flushed_x else "")
