@@ -66,6 +66,8 @@ def run(build: Path) -> dict:
     result = {name: host_us(fn) for name, fn in variants.items()}
     # Where a cached call's time goes, piece by piece (for reading, not for targets).
     from cuda.bindings import driver as drv
+
+    from pipelink.runtime import torch_ops
     launch = prepared._launch
     stream = torch._C._cuda_getCurrentRawStream(0)
     parts = {"torch.empty(M, N)": lambda: torch.empty(M, N, device="cuda",
@@ -73,6 +75,8 @@ def run(build: Path) -> dict:
              "2 x (shape, stride, dtype, device)": lambda: [(t.shape, t.stride(), t.dtype,
                                                              t.get_device()) for t in (x, w)],
              "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(0),
+             "stream's workspace": lambda: torch_ops.workspace(op.kernel.workspace_bytes, 0,
+                                                               stream),
              "cuLaunchKernel (ctypes)": lambda: launch.fire(stream),
              "cuLaunchKernel (cuda.bindings)": lambda: drv.cuLaunchKernel(
                  op.kernel.function, *launch._shape, stream, launch._address, 0)}
@@ -96,7 +100,7 @@ def report(path: Path) -> None:
     for name, us in rows.items():
         lines.append(f"| `{name}` | {us:.2f} | {us / base:.2f} |")
     parts = data["parts_us"]
-    floor = parts["torch.empty(M, N)"] + parts["cuLaunchKernel (cuda.bindings)"]
+    floor = parts["torch.empty(M, N)"] + parts["cuLaunchKernel (ctypes)"]
     lines += ["", "Where a plain call's time goes on this host (each piece timed alone): "
               + ", ".join(f"{name} {us:.2f} us" for name, us in data["parts_us"].items())
               + f". The launch and the output allocation alone take {floor:.1f} us on this "

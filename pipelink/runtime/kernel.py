@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RuntimeLaunchError
-from .driver import call, current_device, driver
+from .driver import call, current_device, driver, raw_launch
 from .tensors import encode_tensormap, require_aligned, require_dense, tensor_info
 
 KERNEL_JSON = "kernel.json"
@@ -173,14 +173,18 @@ class Launch:
         self._buffer = ctypes.create_string_buffer(block, len(block))
         self._params = (ctypes.c_void_p * 1)(ctypes.addressof(self._buffer))
         self._address = ctypes.addressof(self._params)
-        self._workspace_at = ctypes.addressof(self._buffer) + kernel.fields[WORKSPACE_FIELD][
-            "offset"]
-        launch = kernel.fields.get(LAUNCH_FIELD)
-        self._launch_at = None if launch is None else ctypes.addressof(self._buffer) + launch[
-            "offset"]
+        # Views of the two fields a launch rewrites (the workspace, the launch token).
+        self._workspace = self._slot(WORKSPACE_FIELD)
+        self._token = self._slot(LAUNCH_FIELD)
         self._shape = (*grid, *kernel.meta["block"], kernel.meta["dynamic_smem"])
-        self._cu_launch = driver().cuLaunchKernel
-        self._success = driver().CUresult.CUDA_SUCCESS
+        self._function = int(kernel.function)
+        self._raw_launch = raw_launch()
+
+    def _slot(self, field: str) -> ctypes.c_uint64 | None:
+        f = self.kernel.fields.get(field)
+        if f is None:
+            return None
+        return ctypes.c_uint64.from_address(ctypes.addressof(self._buffer) + f["offset"])
 
     def __call__(self, stream: int = 0, workspace: int | None = None) -> None:
         k = self.kernel
@@ -192,9 +196,9 @@ class Launch:
         if workspace is None:
             owned = call(drv.cuMemAllocAsync(k.workspace_bytes, stream), "allocating the workspace")
             workspace = int(owned)
-        ctypes.c_uint64.from_address(self._workspace_at).value = workspace
-        if self._launch_at is not None:
-            ctypes.c_uint64.from_address(self._launch_at).value = next(_TOKENS)
+        self._workspace.value = workspace
+        if self._token is not None:
+            self._token.value = next(_TOKENS)
         for offset, nbytes in k.counters:
             call(drv.cuMemsetD8Async(workspace + offset, 0, nbytes, stream),
                  "zeroing hand-off counters")
@@ -204,7 +208,7 @@ class Launch:
 
     def fire(self, stream: int) -> None:
         """Launches with no workspace handling (for kernels without hand-off counters)."""
-        err, = self._cu_launch(self.kernel.function, *self._shape, stream, self._address, 0)
-        if err != self._success:
-            call((err,), f"launching {self.kernel.name}")
+        err = self._raw_launch(self._function, *self._shape, stream, self._address, None)
+        if err:
+            call((driver().CUresult(err),), f"launching {self.kernel.name}")
 

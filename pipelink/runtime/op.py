@@ -3,7 +3,8 @@
 
 - It launches on ``torch.cuda.current_stream()`` (or ``stream=``), so it orders with the
   work around it and is captured by ``torch.cuda.graph``.
-- Each call gets its own hand-off workspace from PyTorch's caching allocator.
+- A kernel's hand-off workspace is kept per stream (one per call while a CUDA graph is
+  captured), so concurrent launches never share one.
 - It is a ``torch.library`` custom op with a fake implementation, so
   ``torch.compile(fullgraph=True)`` traces it without a graph break.
 - Every argument is checked before a launch (shape, strides, alignment, dtype, device,
@@ -78,6 +79,7 @@ class Op:
 
     def _setup(self, num_sms: int) -> None:
         import torch
+        self._torch = torch
         self._num_sms = num_sms
         self._plans: dict[tuple, Plan] = {}
         self._device = torch.device("cuda", self.kernel.device or 0)
@@ -125,15 +127,14 @@ class Op:
         """A plain-tensor call whose layout has a plan and whose addresses are aligned;
         None sends it on (to the dispatcher or the checked path, which explains any
         problem)."""
-        import torch
-        grad = torch.is_grad_enabled()
+        torch = self._torch
         try:
             plan = self._plans.get(tuple([(type(t), t.shape, t.stride(), t.dtype,
-                                           t.get_device(), grad and t.requires_grad)
-                                          for t in inputs]))
+                                           t.get_device()) for t in inputs]))
+            if plan is None or (torch.is_grad_enabled()
+                                and any([t.requires_grad for t in inputs])):
+                return None     # autograd records it through the dispatcher
         except (AttributeError, TypeError):
-            return None
-        if plan is None:
             return None
         ptrs = [t.data_ptr() for t in inputs]
         for i, align in plan.input_aligns:
@@ -149,7 +150,7 @@ class Op:
             launch = self._new_launch(plan, key, values)
         stream = torch._C._cuda_getCurrentRawStream(device.index)
         if self.kernel.workspace_bytes:
-            workspace = torch.empty(self.kernel.workspace_bytes, dtype=torch.uint8, device=device)
+            workspace = torch_ops.workspace(self.kernel.workspace_bytes, device.index, stream)
             launch(stream, workspace.data_ptr())
         else:
             launch.fire(stream)
@@ -178,21 +179,22 @@ class Op:
         values = {**tensors, **outputs}
         key = tuple(t.data_ptr() for t in values.values())
         launch = plan.launches.get(key) or self._new_launch(plan, key, values)
-        workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index)
+        workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index, stream)
         launch(stream, None if workspace is None else workspace.data_ptr())
         return outputs
 
     def prepare(self, *inputs: Any, out: Any = None, stream: Any = None) -> PreparedCall:
         """Checks and packs one call's arguments once: the result relaunches on the same
-        tensors with nothing but ``cuLaunchKernel`` (the lowest overhead; not for use
-        from two streams at once, since it owns one workspace)."""
+        tensors, on the stream it was prepared for, with nothing but ``cuLaunchKernel``
+        (the lowest overhead)."""
         tensors = self._named_inputs(inputs)
         given = self._named_outputs(out)
         plan = self._plan(tensors, given)
         self._check_addresses(plan, tensors, given)
         with torch_ops.on_stream(stream, self._device.index) as handle:
             outputs = self._outputs(plan, given)
-            workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index)
+            workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index,
+                                            handle)
         launch = self.kernel.prepare(plan.grid, self._bound(plan, {**tensors, **outputs}))
         result = tuple(outputs[name] for name in self._out_names)
         return PreparedCall(launch, handle, workspace, result[0] if len(result) == 1 else result,
@@ -358,9 +360,8 @@ class PreparedCall:
 
 
 def _layout(t: Any) -> tuple:
-    """A tensor's layout as the plans key it (what the cached path reads, too: a plan
-    serves calls that autograd does not record)."""
+    """A tensor's layout as the plans key it (the cached path builds the same key)."""
     try:
-        return (type(t), t.shape, t.stride(), t.dtype, t.get_device(), False)
+        return (type(t), t.shape, t.stride(), t.dtype, t.get_device())
     except (AttributeError, TypeError):
         return (type(t).__name__, id(t))

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 NAMESPACE = "pipelink"
 _LIBRARIES: dict[str, Any] = {}     # op name -> torch.library.Library that defines it
 _OPS: dict[str, Op] = {}            # op name -> the loaded Op its CUDA kernel runs
+STREAM_WORKSPACES = 64              # eager workspaces kept, one per (device, stream)
+_STREAM_WORKSPACES: dict[tuple[int, int], Any] = {}
 
 
 def torch_dtype(name: str) -> Any:
@@ -46,9 +48,32 @@ def empty(shape: list[int], dtype: str, device: int) -> Any:
     return torch.empty(shape, dtype=torch_dtype(dtype), device=torch.device("cuda", device))
 
 
-def workspace(nbytes: int, device: int) -> Any:
-    """A per-call hand-off workspace from the caching allocator (None if unused)."""
-    return empty([nbytes], "u8", device) if nbytes else None
+def workspace(nbytes: int, device: int, stream: int) -> Any:
+    """The hand-off workspace for one launch on ``stream`` (None if the kernel has none).
+
+    Eager launches share one workspace per (device, stream), grown to the largest kernel
+    launched there: launches on one stream run one after another, and nothing in a
+    workspace outlives its launch (counters are zeroed on the stream per launch, split-K
+    flags are reset by the launch that set them). While a CUDA graph is being captured
+    the launch gets its own, from the graph's pool, so a replay never shares it with
+    eager work.
+    """
+    import torch
+    if not nbytes:
+        return None
+    if torch.cuda.is_current_stream_capturing():
+        return empty([nbytes], "u8", device)
+    key = (device, stream)
+    buffer = _STREAM_WORKSPACES.get(key)
+    if buffer is None or buffer.numel() < nbytes:
+        # The old buffer (if any) goes back to the allocator stream-ordered, behind the
+        # launches already queued here. Streams are bounded (torch pools them); a
+        # program cycling external streams evicts the oldest.
+        _STREAM_WORKSPACES.pop(key, None)
+        while len(_STREAM_WORKSPACES) >= STREAM_WORKSPACES:
+            _STREAM_WORKSPACES.pop(next(iter(_STREAM_WORKSPACES)))
+        buffer = _STREAM_WORKSPACES[key] = empty([nbytes], "u8", device)
+    return buffer
 
 
 @contextlib.contextmanager

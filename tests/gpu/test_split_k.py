@@ -81,3 +81,34 @@ def test_split_tail_replays_from_a_cuda_graph_with_new_inputs(build_dir):
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(y.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
+
+
+def test_split_tail_shares_a_workspace_per_stream_only(build_dir):
+    """Eager calls reuse one workspace per stream; calls queued on four streams at once,
+    and a graph replayed between them, never see each other's partials or flags."""
+    import torch
+
+    import pipelink
+    from pipelink.runtime import torch_ops
+    op = pipelink.load(build_dir / "sm_90a" / "gemm")
+    m, n, k = 300, 1000, 2048          # every tile in 8 pieces: all of it goes through flags
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    operand_sets = [operands(m, n, k, seed=40 + i) for i in range(len(streams))]
+    graph_x, graph_w = operands(m, n, k, seed=50)
+    op(graph_x, graph_w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_y = op(graph_x, graph_w)
+    results = []
+    for _ in range(4):
+        for s, (x, w) in zip(streams, operand_sets, strict=True):
+            with torch.cuda.stream(s):
+                results.append((x, w, op(x, w)))
+        graph.replay()
+    torch.cuda.synchronize()
+    for x, w, y in [*results, (graph_x, graph_w, graph_y)]:
+        torch.testing.assert_close(y.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
+    held = {key for key in torch_ops._STREAM_WORKSPACES if key[1] in
+            {s.cuda_stream for s in streams}}
+    assert len(held) == len(streams), "one eager workspace per stream"
