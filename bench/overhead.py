@@ -29,19 +29,38 @@ BURSTS = 200
 TARGET_US = 8.0
 
 
-def host_us(fn, bursts: int = BURSTS, burst: int = BURST) -> float:  # noqa: ANN001
+def host_us(variants: dict, bursts: int = BURSTS, burst: int = BURST) -> dict[str, float]:
+    """Median host us per call of each variant. The variants take turns burst by burst,
+    so a host that speeds up or slows down during the run moves them all alike."""
     import torch
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(bursts):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(burst):
+    for fn in variants.values():
+        for _ in range(3):
             fn()
-        samples.append((time.perf_counter() - t0) / burst * 1e6)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(bursts):
+        for name, fn in variants.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / burst * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(samples)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def profile(fn, calls: int = 20000) -> str:  # noqa: ANN001
+    """Where a call's host time goes, by function (cProfile, top entries)."""
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(14)
+    return out.getvalue()
 
 
 def run(build: Path) -> dict:
@@ -56,14 +75,17 @@ def run(build: Path) -> dict:
                                atol=5e-2)
     prepared = op.prepare(x, w, out=out)
     wt = w.t()
+    kept: list = []           # outputs kept alive: every call gets a new address
     variants = {
         "torch.mm": lambda: torch.mm(x, wt),
         "torch.mm(out=)": lambda: torch.mm(x, wt, out=out),
+        "torch.mm, outputs kept": lambda: kept.append(torch.mm(x, wt)),
         "op(x, w)": lambda: op(x, w),
+        "op(x, w), outputs kept": lambda: kept.append(op(x, w)),
         "op(x, w, out=)": lambda: op(x, w, out=out),
         "op.prepare(...)()": prepared,
     }
-    result = {name: host_us(fn) for name, fn in variants.items()}
+    result = host_us(variants)
     # Where a cached call's time goes, piece by piece (for reading, not for targets).
     from cuda.bindings import driver as drv
 
@@ -77,12 +99,13 @@ def run(build: Path) -> dict:
              "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(0),
              "stream's workspace": lambda: torch_ops.workspace(op.kernel.workspace_bytes, 0,
                                                                stream),
-             "cuLaunchKernel (ctypes)": lambda: launch.fire(stream),
+             "Launch.fire": lambda: launch.fire(stream),
              "cuLaunchKernel (cuda.bindings)": lambda: drv.cuLaunchKernel(
                  op.kernel.function, *launch._shape, stream, launch._address, 0)}
     return {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "shape": [M, N, K], "burst": BURST, "bursts": BURSTS, "host_us": result,
-            "parts_us": {name: host_us(fn, bursts=50) for name, fn in parts.items()}}
+            "parts_us": host_us(parts, bursts=50),
+            "profile_op": profile(variants["op(x, w)"])}
 
 
 def report(path: Path) -> None:
@@ -100,7 +123,7 @@ def report(path: Path) -> None:
     for name, us in rows.items():
         lines.append(f"| `{name}` | {us:.2f} | {us / base:.2f} |")
     parts = data["parts_us"]
-    floor = parts["torch.empty(M, N)"] + parts["cuLaunchKernel (ctypes)"]
+    floor = parts["torch.empty(M, N)"] + parts["cuLaunchKernel (cuda.bindings)"]
     lines += ["", "Where a plain call's time goes on this host (each piece timed alone): "
               + ", ".join(f"{name} {us:.2f} us" for name, us in data["parts_us"].items())
               + f". The launch and the output allocation alone take {floor:.1f} us on this "
@@ -124,7 +147,8 @@ def main() -> None:
         report(Path(a.report))
         return
     data = run(Path(a.build))
-    print(json.dumps(data, indent=1))
+    print(json.dumps({k: v for k, v in data.items() if k != "profile_op"}, indent=1))
+    print(data["profile_op"])
     if a.json:
         Path(a.json).write_text(json.dumps(data, indent=1) + "\n")
 

@@ -6,9 +6,7 @@ always names what it was doing.
 
 from __future__ import annotations
 
-import ctypes
 import functools
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import RuntimeLaunchError
@@ -20,22 +18,6 @@ def driver() -> Any:
     only inspects kernel.json needs no CUDA)."""
     from cuda.bindings import driver as drv
     return drv
-
-
-@functools.cache
-def raw_launch() -> Callable[..., int]:
-    """``cuLaunchKernel`` from the driver library itself, through ctypes with fixed
-    argument types: the per-call path, where cuda.bindings' argument conversion costs
-    more than the launch. Load the library cuda.bindings loaded, so both see one
-    driver."""
-    driver()
-    lib = ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
-    fn = lib.cuLaunchKernel
-    uint = ctypes.c_uint
-    fn.argtypes = [ctypes.c_void_p, uint, uint, uint, uint, uint, uint, uint,
-                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    fn.restype = ctypes.c_int
-    return fn
 
 
 def call(result: Any, what: str) -> Any:

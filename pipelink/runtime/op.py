@@ -53,6 +53,10 @@ class Plan:
     input_aligns: tuple[tuple[int, int], ...]  # the same, by input position
     spans: dict[str, int]                      # bytes each input and given output spans
     launches: OrderedDict[tuple, Launch] = field(default_factory=OrderedDict)
+    # The plan's first launch, and which kernel fields hold which tensor (by position
+    # among inputs then outputs): other addresses are this launch with fields moved.
+    template: Launch | None = None
+    slots: tuple[tuple[int, str], ...] = ()
 
 
 class Op:
@@ -328,6 +332,14 @@ class Op:
 
     # -- launching ------------------------------------------------------------------------
 
+    def _slots(self, values: dict[str, Any]) -> tuple[tuple[int, str], ...]:
+        """(position in ``values``, kernel field) of every field a tensor is bound to."""
+        position = {name: i for i, name in enumerate(values)}
+        field_of = {f"{f['instance']}.{f['arg']}": f["name"]
+                    for f in self.kernel.meta["params"]["fields"] if f["instance"] is not None}
+        return tuple((position[name], field_of[arg]) for arg, name in self.spec.bind.items()
+                     if isinstance(name, str) and name in position)
+
     def _bound(self, plan: Plan, values: dict[str, Any]) -> dict[str, Any]:
         bound: dict[str, Any] = dict(plan.scalars)
         for arg, name in self.spec.bind.items():
@@ -336,7 +348,13 @@ class Op:
         return bound
 
     def _new_launch(self, plan: Plan, key: tuple, values: dict[str, Any]) -> Launch:
-        launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
+        """The launch for a new set of addresses: the plan's template with its tensor
+        fields moved, or, the first time, packed and checked in full."""
+        if plan.template is not None:
+            launch = plan.template.rebound({name: key[i] for i, name in plan.slots})
+        else:
+            launch = plan.template = self.kernel.prepare(plan.grid, self._bound(plan, values))
+            plan.slots = self._slots(values)
         if len(plan.launches) >= LAUNCH_CACHE:
             plan.launches.popitem(last=False)
         plan.launches[key] = launch

@@ -1,5 +1,6 @@
 """The runtime as PyTorch code meets it: current and explicit streams, CUDA graphs,
-torch.compile, autograd, per-call workspaces, argument checks and verified loading.
+torch.compile, autograd, per-stream workspaces, moved launches, argument checks and
+verified loading.
 
 Every result is compared element by element with PyTorch in fp32 on fresh random
 inputs; outputs are poisoned with NaN first where the test owns them.
@@ -15,6 +16,7 @@ import torch
 
 import pipelink
 from pipelink.errors import RuntimeLaunchError
+from pipelink.runtime import op as op_module
 
 from .demo_check import ROWS
 from .demo_check import reference as demo_reference
@@ -48,6 +50,17 @@ def _load(build_dir, name):
 @pytest.fixture(scope="module")
 def gemm(build_dir):
     return _load(build_dir, "gemm")
+
+
+def test_many_live_tensors_move_the_packed_launch(gemm):
+    """More live (input, output) address sets than the launch cache holds: each new set
+    reuses the layout's packed launch with its TMA descriptors moved to the new
+    addresses. Every result must be its own product (a stale address would write into
+    another call's output or read another call's input)."""
+    calls = [_gemm_inputs(384, 768, 320, 100 + i) for i in range(3 * op_module.LAUNCH_CACHE)]
+    outs = [gemm(x, w) for x, w in calls]
+    for i, ((x, w), y) in enumerate(zip(calls, outs, strict=True)):
+        _close(y, x.float() @ w.float().t(), f"call {i}")
 
 
 def test_launches_on_the_current_stream(gemm):
