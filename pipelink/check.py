@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import expr
-from .contract import BoundContract, Port
+from .contract import RING_PORTS, BoundContract, Port
 from .errors import CheckError, ContractError
 from .problem import (
     Buffer,
@@ -52,6 +52,7 @@ CONVERTER_REGISTERS = 64
 CONVERTER_STAGES = 2           # double-buffered: conversion overlaps the consumer
 TMEM_ADDRESS_SLOT = "pl.tmem_address"   # where tcgen05.alloc leaves the base address
 TMEM_ADDRESS_BYTES = 4
+TMEM_COLUMN_BYTES = 4               # a Tensor Memory column is 32 bits per lane
 CONVERTIBLE_DTYPES = {"f32", "bf16", "f16"}
 CONVERTIBLE_LAYOUTS = {"row_major", "col_major"}
 TENSOR_ARGS = {"ptr", "tensormap"}     # bound to a tensor by name; the rest to an expression
@@ -113,6 +114,7 @@ class Kernel:
     problem: Problem
     warnings: tuple[str, ...] = field(default_factory=tuple)
     work: WorkRing | None = None
+    tmem_allocator: tuple[str, str] | None = None   # (instance, role) that allocates TMEM
 
     def peer(self, inst: str, port: str) -> Transfer | None:
         """The transfer feeding an input port."""
@@ -155,12 +157,14 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     problems.raise_if_any()
     work = _work_ring(bound, transfers, lanes, scheduler, problems)
     _check_trip_counts(recipe, bound, transfers, problems)
+    _check_tmem_buffers(bound, problems)
+    allocator = _tmem_allocator(bound, problems)
     problems.raise_if_any()
     workspace, workspace_bytes = _workspace(bound)
     problem = _problem(recipe, arch, bound, transfers, lanes, problems)
     problems.raise_if_any()
     return Kernel(recipe, arch, bound, tuple(transfers), tuple(lanes), scheduler, workspace,
-                  workspace_bytes, problem, tuple(problems.warnings), work)
+                  workspace_bytes, problem, tuple(problems.warnings), work, allocator)
 
 
 def _check_instances(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
@@ -257,7 +261,7 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
                              f"work ring '{end}' of scheduler '{b.name}' has no consumer: "
                              "no role would run", f"connect '{end} -> <instance>.work' for "
                                                   "every looping role")
-            elif port.dir == "out" and port.kind == "smem_pipeline" and not connected \
+            elif port.dir == "out" and port.kind in RING_PORTS and not connected \
                     and not any(c.src == end for c in recipe.connections):
                 problems.add(f"instances.{name}",
                              f"output ring '{end}' ({b.name}) has no consumer: its producer "
@@ -319,6 +323,18 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
                       "a register hand-off needs one fragment: same dtype, count and layout")
             return None
         return "registers"
+    if src.kind == "tmem":
+        if differs:
+            _mismatch(problems, conn.key, pair, differs,
+                      "Tensor Memory is read where the MMA wrote it: the producer's and the "
+                      "consumer's dtype, tile shape and lane layout must be equal")
+            return None
+        stage_problem = _stages(sb, src, db, dst)
+        if stage_problem:
+            problems.add(conn.key, f"{pair}: field 'stages': {stage_problem}",
+                         "give both ports the same number of accumulator buffers")
+            return None
+        return "zero_copy"
     if src.kind == "global":
         differs.pop("layout", None)
         if differs:
@@ -450,7 +466,7 @@ def _check_arrival_threads(bound: dict[str, BoundContract], problems: _Problems)
     mbarrier that states another count than the port, never completes a phase."""
     for inst, b in bound.items():
         for port in b.contract.ports.values():
-            if port.kind != "smem_pipeline" or port.role not in b.contract.roles:
+            if port.kind not in RING_PORTS or port.role not in b.contract.roles:
                 continue
             arrivals = b.eval(port.spec["arrivals"], f"ports.{port.name}.arrivals")
             warps = b.eval(b.contract.roles[port.role].warps, f"roles.{port.role}.warps")
@@ -474,6 +490,50 @@ def _check_arrival_threads(bound: dict[str, BoundContract], problems: _Problems)
                                  f"states arrivals: {stated}",
                                  f"make mbarriers.{port.spec['full']}.arrivals and "
                                  f"ports.{port.name}.arrivals agree in {b.contract.path}")
+
+
+def _check_tmem_buffers(bound: dict[str, BoundContract], problems: _Problems) -> None:
+    """A tmem out port's buffer holds `stages` accumulators of its tile: one 32-bit
+    column per element of a row (rows are lanes), for every tunable choice."""
+    for inst, b in bound.items():
+        for port in b.contract.ports.values():
+            if port.kind != "tmem" or port.dir != "out":
+                continue
+            spec, buffer = port.spec, port.spec["buffer"]
+            words = max(1, expr.DTYPE_BYTES[b.dtype(port.dtype, port.name)] // TMEM_COLUMN_BYTES)
+            want = f"({spec['stages']})*({spec['shape'][-1]})*{words}"
+            have = b.contract.section("tmem")[buffer]["columns"]
+            _, gap = b.tabulate(f"({want}) - ({have})", f"tmem.{buffer}.columns")
+            if any(value for _, value in gap):
+                problems.add(f"instances.{inst}",
+                             f"tmem port '{inst}.{port.name}' ({b.name}) holds {spec['stages']} "
+                             f"buffers of {spec['shape'][-1]} columns, but tmem.{buffer} has "
+                             f"{have} columns", f"make tmem.{buffer}.columns "
+                                                f"{spec['stages']} * {spec['shape'][-1]} in "
+                                                f"{b.contract.path}")
+
+
+def _tmem_allocator(bound: dict[str, BoundContract],
+                    problems: _Problems) -> tuple[str, str] | None:
+    """The one role whose first warp allocates the kernel's Tensor Memory (uses:
+    [tmem_alloc]); None when no component asks for Tensor Memory."""
+    users = [inst for inst, b in bound.items() if b.contract.section("tmem")]
+    owners = [(inst, role) for inst, b in bound.items()
+              for role, spec in sorted(b.contract.roles.items()) if "tmem_alloc" in spec.uses]
+    if users and not owners:
+        problems.add(f"instances.{users[0]}",
+                     f"{', '.join(users)} ask(s) for Tensor Memory, but no role allocates it",
+                     "give the role that issues the MMAs 'uses: [tmem_alloc]' in its contract")
+    elif len(owners) > 1:
+        problems.add(f"instances.{owners[1][0]}",
+                     "Tensor Memory is allocated once per CTA, but roles "
+                     + ", ".join(f"{i}.{r}" for i, r in owners) + " all say uses: [tmem_alloc]",
+                     "keep tmem_alloc on one role (the one that issues the MMAs)")
+    elif owners and not users:
+        problems.warn(f"instances.{owners[0][0]}",
+                      f"{owners[0][0]}.{owners[0][1]} allocates Tensor Memory, but no "
+                      "component asks for any")
+    return owners[0] if users and len(owners) == 1 else None
 
 
 def _arrivals(bound: dict[str, BoundContract], end: Endpoint) -> int:

@@ -31,7 +31,11 @@ from .work import (
 )
 from .yamlload import clip
 
-WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma"}
+# Ports that are rings of buffers with full/empty mbarriers, placed at the producer.
+RING_PORTS = ("smem_pipeline", "tmem")
+# Architectures with Tensor Memory (tcgen05).
+TMEM_ARCHS = {"sm_100a"}
+WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma", "tmem_load"}
 _VALIDATOR = Validator(CONTRACT_SCHEMA)
 # The placer enumerates every value of a tunable (and every combination of those one
 # expression reads): keep the ranges small.
@@ -387,6 +391,8 @@ _PORT_NEEDS = {
     ("smem_pipeline", "out"): ("shape", "layout", "stages", "buffer", "full", "empty",
                                "arrivals"),
     ("smem_pipeline", "in"): ("shape", "layout", "stages", "arrivals"),
+    ("tmem", "out"): ("shape", "layout", "stages", "buffer", "full", "empty", "arrivals"),
+    ("tmem", "in"): ("shape", "layout", "stages", "arrivals"),
     ("registers", "out"): ("count", "layout"),
     ("registers", "in"): ("count", "layout"),
     ("global", "out"): ("shape", "slots"),
@@ -397,7 +403,7 @@ _PORT_NEEDS = {
 
 
 def _check_references(c: Contract) -> None:
-    smem, mbars = c.section("smem"), c.section("mbarriers")
+    mbars = c.section("mbarriers")
     if c.kind == "stage" and not c.roles:
         raise ContractError(f"component '{c.name}' declares no roles", where=c.where("roles"),
                             hint="a stage runs in warps: roles: {main: {warps: 1}}")
@@ -407,11 +413,20 @@ def _check_references(c: Contract) -> None:
             if need not in port.spec:
                 raise ContractError(f"{port.dir} {port.kind} port '{port.name}' needs '{need}'",
                                     where=c.where(key))
-        if port.kind == "smem_pipeline" and port.dir == "out":
-            if port.spec["buffer"] not in smem:
+        if port.kind == "tmem" and set(c.archs) - TMEM_ARCHS:
+            raise ContractError(f"tmem port '{port.name}' hands data through Tensor Memory, "
+                                f"which {', '.join(sorted(set(c.archs) - TMEM_ARCHS))} does not "
+                                "have", where=c.where("arch"),
+                                hint=f"list only {', '.join(sorted(TMEM_ARCHS))} in arch (a "
+                                     "recipe picks another component elsewhere with per_arch:)")
+        if port.kind in RING_PORTS and port.dir == "out":
+            section = "smem" if port.kind == "smem_pipeline" else "tmem"
+            buffers = c.section(section)
+            if port.spec["buffer"] not in buffers:
                 raise ContractError(f"port '{port.name}' names buffer '{port.spec['buffer']}', "
-                                    "which is not under smem", where=c.where(f"{key}.buffer"),
-                                    hint="smem: " + (", ".join(sorted(smem)) or "none"))
+                                    f"which is not under {section}",
+                                    where=c.where(f"{key}.buffer"),
+                                    hint=f"{section}: " + (", ".join(sorted(buffers)) or "none"))
             for bar in ("full", "empty"):
                 if port.spec[bar] not in mbars:
                     raise ContractError(
@@ -420,7 +435,7 @@ def _check_references(c: Contract) -> None:
                         hint="mbarriers: " + (", ".join(sorted(mbars)) or "none"))
     _check_work_ports(c)
     for name in c.section("tmem"):
-        if "sm_100a" not in c.archs:
+        if not TMEM_ARCHS & set(c.archs):
             raise ContractError(f"tmem '{name}' needs sm_100a in arch",
                                 where=c.where(f"tmem.{name}"),
                                 hint="Tensor Memory exists on sm_100a only")

@@ -28,7 +28,7 @@ from .check import (
     Transfer,
 )
 from .compile import INCLUDE_DIR
-from .contract import BoundContract
+from .contract import RING_PORTS, BoundContract
 from .errors import GlueError
 from .problem import THREADS_PER_WARP, TMEM_MIN_COLUMNS, WARPGROUP_WARPS, Placement
 from .work import PER_TILE_WORK, RECORD_BYTES
@@ -258,8 +258,11 @@ class _Glue:
             return str(self.k.workspace[f"{inst}.scratch.{name}"].slot_offset)
         port = b.contract.ports[name]
         if port.dir == "out":
-            return self.port_of(inst, name) if port.kind == "smem_pipeline" \
-                else self.global_port(f"{inst}.{name}")
+            if port.kind == "smem_pipeline":
+                return self.port_of(inst, name)
+            if port.kind == "tmem":
+                return self.tmem_port_of(inst, name)
+            return self.global_port(f"{inst}.{name}")
         feed = self.k.peer(inst, name)
         if feed is None:
             raise GlueError(f"input port '{inst}.{name}' has no producer")
@@ -267,6 +270,8 @@ class _Glue:
             return self.converter_port(feed)
         if feed.kind == "global":
             return self.global_port(str(feed.src))
+        if port.kind == "tmem":
+            return self.tmem_port_of(feed.src.instance, feed.src.port)
         return self.port_of(feed.src.instance, feed.src.port)
 
     def port_of(self, inst: str, port_name: str) -> str:
@@ -278,6 +283,16 @@ class _Glue:
         full = self.p.smem[f"{inst}.mbar.{spec['full']}"][0]
         empty = self.p.smem[f"{inst}.mbar.{spec['empty']}"][0]
         return f"{{{offset}, {size // stages}, {full}, {empty}, {stages}}}"
+
+    def tmem_port_of(self, inst: str, port_name: str) -> str:
+        """The TmemPort of a producer's tmem out port: columns from the TMEM placement."""
+        b = self.k.bound[inst]
+        spec = b.contract.ports[port_name].spec
+        stages = b.eval(spec["stages"], f"ports.{port_name}.stages", self.tunables(inst))
+        column, columns = self.p.tmem[f"{inst}.{spec['buffer']}"]
+        full = self.p.smem[f"{inst}.mbar.{spec['full']}"][0]
+        empty = self.p.smem[f"{inst}.mbar.{spec['empty']}"][0]
+        return f"{{{column}, {columns // stages}, {full}, {empty}, {stages}}}"
 
     def converter_port(self, t: Transfer) -> str:
         offset, size = self.p.smem[f"{t.converter}.tiles"]
@@ -379,17 +394,29 @@ class _Glue:
         extent = max((col + cols for col, cols in self.p.tmem.values()), default=0)
         return max(TMEM_MIN_COLUMNS, 1 << (extent - 1).bit_length()) if extent else 0
 
+    def tmem_warp(self) -> int:
+        """The warp that allocates and frees Tensor Memory: the first warp of the role
+        whose contract says uses: [tmem_alloc]."""
+        if self.k.tmem_allocator is None:
+            raise GlueError("the kernel asks for Tensor Memory but no role allocates it",
+                            hint="give one role 'uses: [tmem_alloc]'")
+        return self.lane_slots[self.lane_of(*self.k.tmem_allocator).name].warp_base
+
     def tmem_alloc(self) -> None:
-        """Warp 0 allocates the kernel's Tensor Memory once; every role reads the base
-        address after the barrier, and warp 0 frees it when every role has returned."""
+        """The allocating role's first warp allocates the kernel's Tensor Memory once and
+        gives up the permit (no other CTA on the SM may wait for it); every role reads the
+        base address after the barrier, and the same warp frees it when every role has
+        returned."""
         w = self.w
         columns = self.tmem_columns()
         if not columns:
             w("const pl::KernelInfo k = {p.workspace, 0, p.launch};")
             return
         slot = self.p.smem[TMEM_ADDRESS_SLOT][0]
-        w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}.")
-        w.open("if (threadIdx.x / 32 == 0)")
+        owner = ".".join(self.k.tmem_allocator or ("?", "?"))
+        w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}, allocated by "
+          f"{owner}.")
+        w.open(f"if (threadIdx.x / 32 == {self.tmem_warp()})")
         w(f'asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], '
           f'{columns};" :: "r"(pl::smem_addr({slot})) : "memory");')
         w('asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: '
@@ -407,7 +434,7 @@ class _Glue:
         w = self.w
         w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
         w("__syncthreads();")
-        w.open("if (threadIdx.x / 32 == 0)")
+        w.open(f"if (threadIdx.x / 32 == {self.tmem_warp()})")
         w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
         w(f'asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, {columns};" :: '
           '"r"(k.tmem_base) : "memory");')
@@ -432,7 +459,7 @@ class _Glue:
         port_bars: dict[str, tuple[str, int]] = {}
         for inst, b in self.k.bound.items():
             for port in b.contract.ports.values():
-                if port.kind != "smem_pipeline" or port.dir != "out":
+                if port.kind not in RING_PORTS or port.dir != "out":
                     continue
                 arrivals = b.eval(port.spec["arrivals"], f"ports.{port.name}.arrivals",
                                   self.tunables(inst))

@@ -12,7 +12,7 @@ same order by calling :func:`place_fields`.
 
 from __future__ import annotations
 
-from .contract import BoundContract, Contract
+from .contract import RING_PORTS, BoundContract, Contract
 
 # C++ spelling of each dtype on the device side.
 CXX_DTYPE: dict[str, str] = {
@@ -59,7 +59,8 @@ def _place_type(c: Contract, section: str, name: str) -> str:
     if section == "roles":
         return "pl::RolePlace"
     if section == "ports":
-        return "pl::PipePort" if c.ports[name].kind == "smem_pipeline" else "pl::GlobalPort"
+        return {"smem_pipeline": "pl::PipePort", "tmem": "pl::TmemPort"}.get(
+            c.ports[name].kind, "pl::GlobalPort")
     return "uint32_t"   # offsets, ids, counts; a counter's byte offset in the workspace
 
 
@@ -88,7 +89,7 @@ def register_ports(bound: BoundContract, role: str) -> list[tuple[str, str, int]
 def pipeline_ports(bound: BoundContract, role: str) -> list[str]:
     c = bound.contract
     return [n for n, p in sorted(c.ports.items())
-            if p.kind == "smem_pipeline" and p.role == role]
+            if p.kind in RING_PORTS and p.role == role]
 
 
 def type_names(bound: BoundContract) -> dict[str, str]:

@@ -167,7 +167,13 @@ def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
         includes += [i for i in inc if i not in includes]
     source = glue.generate(kernel, placement, glue.GlueOptions(
         mono=True, sources=glue.mono_sources(stages, kernel.bound, opts.arch)))
-    stage = _materialise(stage_root, {"mono.cu": source.encode()})
+    # Every ABI header, staged beside it: the unit includes them all up front (a
+    # component's own stage holds only the headers it reaches).
+    files = {"mono.cu": source.encode()}
+    for path in sorted(INCLUDE_DIR.rglob("*.cuh")):
+        files[f"include/{path.relative_to(INCLUDE_DIR)}"] = path.read_bytes()
+    stage = _materialise(stage_root, files)
+    includes = [str(stage / "include"), *includes]
     num = opts.arch.removeprefix("sm_")
     with temp_dir(stage_root, ".mono-") as out_dir:
         out = Path(out_dir) / "mono.cubin"

@@ -46,8 +46,10 @@ def _map(value: dict[str, Any], description: str) -> dict[str, Any]:
 
 PORT = _obj({
     "dir": {"enum": ["in", "out"], "description": "out: this component produces"},
-    "kind": {"enum": ["smem_pipeline", "registers", "global", "work"],
+    "kind": {"enum": ["smem_pipeline", "tmem", "registers", "global", "work"],
              "description": "smem_pipeline: staged buffers with full/empty mbarriers; "
+                            "tmem: accumulator buffers in Tensor Memory (sm_100a) with "
+                            "full/empty mbarriers, full completed by tcgen05.commit; "
                             "registers: a fragment handed over in the same warps; "
                             "global: a workspace slot with a release/acquire counter; "
                             "work: the kernel's work ring (a scheduler's records, read by "
@@ -69,10 +71,13 @@ PORT = _obj({
     "layout": {"type": "string", "description": "row_major, col_major, sw128_kmajor, "
                                                 "or a named fragment layout"},
     "count": {**EXPR, "description": "registers: elements per thread"},
-    "stages": {**EXPR, "description": "smem_pipeline, work out: ring depth"},
-    "buffer": {**IDENT, "description": "out smem_pipeline: the smem entry holding the stages"},
-    "full": {**IDENT, "description": "out smem_pipeline: the mbarrier array signalling full"},
-    "empty": {**IDENT, "description": "out smem_pipeline: the mbarrier array signalling empty"},
+    "stages": {**EXPR, "description": "smem_pipeline, tmem, work out: ring depth"},
+    "buffer": {**IDENT, "description": "out smem_pipeline: the smem entry holding the stages; "
+                                       "out tmem: the tmem entry holding the buffers"},
+    "full": {**IDENT, "description": "out smem_pipeline/tmem: the mbarrier array signalling "
+                                     "full"},
+    "empty": {**IDENT, "description": "out smem_pipeline/tmem: the mbarrier array signalling "
+                                      "empty"},
     "arrivals": {**EXPR, "description": "arrivals per stage this side makes (out: on full, "
                                         "in: on empty)"},
     "consumer_arrivals": {**EXPR, "description": "out: arrivals on empty this producer "
@@ -122,8 +127,14 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "roles": _map(_obj({
         "warps": EXPR,
         "registers": {**EXPR, "description": "registers per thread this role needs"},
-        "uses": {"type": "array", "items": {"enum": ["wgmma", "setmaxnreg", "tma", "umma"]},
-                 "description": "wgmma/setmaxnreg/umma make the role warpgroup-aligned"},
+        "uses": {"type": "array",
+                 "items": {"enum": ["wgmma", "setmaxnreg", "tma", "umma", "tcgen05",
+                                    "tmem_load", "tmem_alloc"]},
+                 "description": "wgmma/setmaxnreg/umma/tmem_load make the role "
+                                "warpgroup-aligned (tmem_load: its warps read Tensor Memory "
+                                "lanes by warp % 4); tcgen05: one warp issues tcgen05 MMAs; "
+                                "tmem_alloc: the role's first warp allocates and frees the "
+                                "kernel's Tensor Memory"},
         "entry": {**C_IDENT, "description": "the role's entry (default pl_<component>_<role>)"},
         "init": {"type": "boolean", "description": "declare pl_<c>_<role>_init, run once"},
         "tail": {"type": "boolean", "description": "declare pl_<c>_<role>_tail, run once"},

@@ -31,34 +31,13 @@ constexpr uint32_t kColsPerThread = 2;
 constexpr uint32_t kThreadsPerBlockRow = pl::epi::kBlockCols / kColsPerThread;
 constexpr uint32_t kLower = pl::epi::kFloatsPerBlock / 2;   // first float of the lower row
 
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), the
-// constants of Hendrycks and Gimpel's formula (PyTorch's approximate="tanh").
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
 static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
 
-// gelu_tanh(x) in fp32 with one MUFU op: 0.5 x + 0.5 x tanh(inner).
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float inner = x * (kSqrt2OverPi + kSqrt2OverPi * kCubic * x * x);
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(inner));
-  const float half_x = 0.5f * x;
-  return half_x + half_x * t;
-}
-
-// This thread's bias `offset` columns past its first one, or 0 where that column is n
-// or beyond (bias has n entries; TMA clips those columns of Y). `offset` is a
-// compile-time constant once unrolled: one load with an immediate offset each.
-__device__ __forceinline__ float bias_at(const Element* thread_bias, int32_t cols_left,
-                                         uint32_t offset) {
-  return int32_t(offset) < cols_left ? __bfloat162float(__ldg(thread_bias + offset)) : 0.0f;
-}
-
 // One row's pair of outputs in one block: gelu(acc + bias) for both columns, packed.
 __device__ __forceinline__ uint32_t gelu_pair(float x0, float x1, float bias0, float bias1) {
-  return pl::epi::pack_bf16x2(gelu_tanh(x0 + bias0), gelu_tanh(x1 + bias1));
+  return pl::epi::pack_bf16x2(pl::epi::gelu_tanh(x0 + bias0), pl::epi::gelu_tanh(x1 + bias1));
 }
 
 // Epilogue's perspective, per tile: every thread adds its columns' bias, applies GELU
@@ -94,10 +73,10 @@ extern "C" __device__ void pl_bias_gelu_epilogue_store(const pl_place_bias_gelu_
       const uint32_t g = f + pl::epi::kFloatsPerBlock;                  // ... and the next's
       const uint32_t col_f = block * pl::epi::kBlockCols;               // past thread_col
       const uint32_t col_g = col_f + pl::epi::kBlockCols;
-      const float bias_f[kColsPerThread] = {bias_at(thread_bias, cols_left, col_f),
-                                            bias_at(thread_bias, cols_left, col_f + 1)};
-      const float bias_g[kColsPerThread] = {bias_at(thread_bias, cols_left, col_g),
-                                            bias_at(thread_bias, cols_left, col_g + 1)};
+      const float bias_f[kColsPerThread] = {pl::epi::bias_at(thread_bias, cols_left, col_f),
+                                            pl::epi::bias_at(thread_bias, cols_left, col_f + 1)};
+      const float bias_g[kColsPerThread] = {pl::epi::bias_at(thread_bias, cols_left, col_g),
+                                            pl::epi::bias_at(thread_bias, cols_left, col_g + 1)};
       const uint32_t packed[4] = {
           gelu_pair(acc[f], acc[f + 1], bias_f[0], bias_f[1]),
           gelu_pair(acc[f + kLower], acc[f + kLower + 1], bias_f[0], bias_f[1]),

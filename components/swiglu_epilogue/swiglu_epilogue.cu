@@ -47,17 +47,9 @@ static_assert(kChunks % kBuffers == 0,
               "multiple of buffers");
 static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
 
-// silu(x) = x * sigmoid(x) = 0.5 x (1 + tanh(x / 2)): one MUFU op per element.
-__device__ __forceinline__ float silu(float x) {
-  const float half_x = 0.5f * x;
-  float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(half_x));
-  return half_x + half_x * t;
-}
-
 // silu(gate) * up for this thread's pair of elements in one row of an output block.
 __device__ __forceinline__ uint32_t swiglu_pair(float gate0, float gate1, float up0, float up1) {
-  return pl::epi::pack_bf16x2(silu(gate0) * up0, silu(gate1) * up1);
+  return pl::epi::pack_bf16x2(pl::epi::swiglu(gate0, up0), pl::epi::swiglu(gate1, up1));
 }
 
 // Epilogue's perspective, per tile: every thread turns its gate/up pairs into output

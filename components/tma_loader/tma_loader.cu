@@ -34,25 +34,31 @@ extern "C" __device__ void pl_tma_loader_producer_init(const pl_place_tma_loader
   pl::tma::prefetch_descriptor(args.tma_b);
 }
 
-// Producer's perspective, per tile: one elected lane waits for free stages and issues
-// every copy; the stage's full barrier expects the tile's bytes.
+// Producer's perspective, per tile: the warp waits for free stages together and one
+// elected lane (elect.sync: issued once, with no loop over active lanes) arms each
+// stage's full barrier with the tile's bytes and issues the copy.
 extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
                                                   const pl_args_tma_loader& args,
                                                   const pl::KernelInfo&, const pl::WorkTile& tile,
                                                   pl_state_tma_loader_producer& st) {
-  if (!pl::elect_one_in_warp()) return;
   const int32_t row_a = tile.first_row(kTileM);   // rows past m_end are loaded, not stored
   const int32_t row_b = tile.n_block * int32_t(kTileN);
   for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
     const int32_t col = k * int32_t(kTileK);
     pl::producer_acquire(at.port.a, st.a);
-    pl::producer_expect(at.port.a, st.a, kTileBytesA);
-    pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,
-                     pl::full_barrier(at.port.a, st.a), col, row_a);
+    if (pl::elect_one_sync()) {
+      pl::producer_expect(at.port.a, st.a, kTileBytesA);
+      pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,
+                       pl::full_barrier(at.port.a, st.a), col, row_a);
+    }
+    __syncwarp();
     pl::producer_acquire(at.port.b, st.b);
-    pl::producer_expect(at.port.b, st.b, kTileBytesB);
-    pl::tma::load_3d(pl::stage_offset(at.port.b, st.b), args.tma_b,
-                     pl::full_barrier(at.port.b, st.b), col, row_b, tile.group);
+    if (pl::elect_one_sync()) {
+      pl::producer_expect(at.port.b, st.b, kTileBytesB);
+      pl::tma::load_3d(pl::stage_offset(at.port.b, st.b), args.tma_b,
+                       pl::full_barrier(at.port.b, st.b), col, row_b, tile.group);
+    }
+    __syncwarp();
     st.a.advance(at.port.a);
     st.b.advance(at.port.b);
   }

@@ -33,7 +33,7 @@ def sass_instructions(cubin: Path) -> list[str]:
     """Opcodes of every SASS instruction, NOPs excluded."""
     ops = []
     for line in sass(cubin).splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", line)
         if m and m.group(2) != "NOP":
             ops.append(m.group(2))
     return ops

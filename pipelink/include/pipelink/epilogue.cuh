@@ -52,6 +52,40 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// silu(x) = x * sigmoid(x) = 0.5 x (1 + tanh(x / 2)): one MUFU op per element.
+__device__ __forceinline__ float silu(float x) {
+  const float half_x = 0.5f * x;
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(half_x));
+  return half_x + half_x * t;
+}
+
+// The SwiGLU of one output element: silu(gate) * up, in fp32 (the store epilogues'
+// shared math, whatever layout the accumulators come in).
+__device__ __forceinline__ float swiglu(float gate, float up) { return silu(gate) * up; }
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), the
+// constants of Hendrycks and Gimpel's formula (PyTorch's approximate="tanh").
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+// gelu_tanh(x) in fp32 with one MUFU op: 0.5 x + 0.5 x tanh(inner).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  const float inner = x * (kSqrt2OverPi + kSqrt2OverPi * kGeluCubic * x * x);
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(inner));
+  const float half_x = 0.5f * x;
+  return half_x + half_x * t;
+}
+
+// A bias entry `offset` columns past `bias`, or 0 where that column is `cols_left` or
+// beyond (the bias has one entry per output column; TMA clips those columns of Y).
+// `offset` is a compile-time constant once unrolled: one load with an immediate each.
+__device__ __forceinline__ float bias_at(const __nv_bfloat16* bias, int32_t cols_left,
+                                         uint32_t offset) {
+  return int32_t(offset) < cols_left ? __bfloat162float(__ldg(bias + offset)) : 0.0f;
+}
+
 __device__ __forceinline__ uint32_t sw128_offset(uint32_t row, uint32_t chunk) {
   return row * kSwizzleRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
 }
@@ -115,6 +149,75 @@ __device__ __forceinline__ void stage_chunk_bf16(uint32_t buffer, uint32_t first
     stage_block_pair(buffer, first_row, b, packed);
   }
 }
+
+// Row layout "tmem_f32_m128_rows" (an M = 128 accumulator read back from Tensor Memory
+// with tcgen05.ld.32x32b): thread t of the reading warpgroup holds row t, a chunk of
+// consecutive columns at a time. Rounds one STORE_N-column chunk of the thread's row to
+// bf16 and writes it, 16 bytes at a time, into the swizzled staging tile at `buffer`:
+// eight consecutive rows put a row's 16-byte piece in eight different bank groups, so
+// a warp's stores are conflict free.
+template <uint32_t STORE_N>
+__device__ __forceinline__ void stage_row_bf16(uint32_t buffer, uint32_t row,
+                                               const float (&v)[STORE_N]) {
+  constexpr uint32_t kPerChunk = kChunkBytes / sizeof(__nv_bfloat16);   // 8 columns
+  static_assert(STORE_N * sizeof(__nv_bfloat16) == kSwizzleRowBytes,
+                "a staging row is one 128-byte swizzle row: set store_n = 64");
+#pragma unroll
+  for (uint32_t c = 0; c < STORE_N / kPerChunk; ++c) {
+    const float* f = v + c * kPerChunk;
+    st_shared_v4(buffer + sw128_offset(row, c), pack_bf16x2(f[0], f[1]),
+                 pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+  }
+}
+
+// A bounded copy of a staged bf16 chunk (TILE_M rows x STORE_N columns, swizzled) to a
+// dense row-major C: 16-byte pieces, 8 consecutive threads per row (a warp writes four
+// 128-byte row segments), only rows below `row_end` and columns below `cols`: what a
+// TMA store cannot bound when a tile straddles two problems of grouped work. Every
+// thread of the role's THREADS copies the same share.
+template <uint32_t TILE_M, uint32_t STORE_N, uint32_t THREADS>
+struct BoundedCopy {
+  static constexpr uint32_t kPieceElems = kChunkBytes / sizeof(__nv_bfloat16);
+  static constexpr uint32_t kPiecesPerRow = STORE_N / kPieceElems;
+  static constexpr uint32_t kPiecesPerThread = TILE_M * kPiecesPerRow / THREADS;
+  static_assert(TILE_M * kPiecesPerRow % THREADS == 0, "every thread copies the same share");
+
+  __nv_bfloat16* c;       // C [rows, cols]
+  int32_t cols;
+  int32_t row_end;        // one past the last row this tile may write
+  bool whole_pieces;      // rows are 16-byte aligned (cols % 8 == 0)
+
+  // Copies this thread's pieces of the chunk staged at `buffer`, whose top-left element
+  // is C[row0][col0].
+  __device__ __forceinline__ void run(uint32_t buffer, uint32_t thread, int32_t row0,
+                                      int32_t col0) const {
+#pragma unroll
+    for (uint32_t i = 0; i < kPiecesPerThread; ++i) {
+      const uint32_t p = thread + i * THREADS;
+      const uint32_t tile_row = p / kPiecesPerRow, chunk = p % kPiecesPerRow;
+      const int32_t row = row0 + int32_t(tile_row);
+      const int32_t col = col0 + int32_t(chunk * kPieceElems);
+      if (row < row_end && col < cols) {
+        piece(buffer + sw128_offset(tile_row, chunk), row, col);
+      }
+    }
+  }
+
+  // One piece to C[row][col..], or the part of it inside C.
+  __device__ __forceinline__ void piece(uint32_t staged, int32_t row, int32_t col) const {
+    const uint4 v = *smem_ptr<const uint4>(staged);
+    __nv_bfloat16* dst = c + size_t(row) * cols + col;
+    if (whole_pieces && col + int32_t(kPieceElems) <= cols) {
+      *reinterpret_cast<uint4*>(dst) = v;
+      return;
+    }
+    const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&v);   // a ragged end
+#pragma unroll
+    for (uint32_t j = 0; j < kPieceElems; ++j) {
+      if (col + int32_t(j) < cols) dst[j] = e[j];
+    }
+  }
+};
 
 // The staged TMA store of one tile in column chunks, with BUFFERS staging tiles in
 // rotation. Every thread of the role calls begin/finish around writing a chunk; one

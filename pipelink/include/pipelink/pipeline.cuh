@@ -1,4 +1,6 @@
-// The paired pipeline API over a placed smem_pipeline port.
+// The paired pipeline API over a placed ring port: an smem_pipeline (PipePort, stages
+// in shared memory) or a tmem port (TmemPort, accumulator buffers in Tensor Memory; its
+// producer commits with tcgen05.commit, see pipelink/tcgen05.cuh).
 //
 //   producer: acquire(state) -> write stage (or TMA into it) -> commit(state[, tx bytes])
 //   consumer: wait(state)    -> read stage                  -> release(state)
@@ -25,7 +27,8 @@ struct PipeState {
   uint32_t stage = 0;
   uint32_t phase = 0;
 
-  __device__ void advance(const PipePort& port) {
+  template <class Port>
+  __device__ void advance(const Port& port) {
     if (++stage == port.stages) {
       stage = 0;
       phase ^= 1;
@@ -37,17 +40,26 @@ __device__ __forceinline__ uint32_t stage_offset(const PipePort& port, const Pip
   return port.buffer + s.stage * port.stage_bytes;
 }
 
-__device__ __forceinline__ uint32_t full_barrier(const PipePort& port, const PipeState& s) {
+// The first Tensor Memory column of the current buffer of a tmem port (add the
+// kernel's TMEM base for an address).
+__device__ __forceinline__ uint32_t stage_column(const TmemPort& port, const PipeState& s) {
+  return port.column + s.stage * port.stage_columns;
+}
+
+template <class Port>
+__device__ __forceinline__ uint32_t full_barrier(const Port& port, const PipeState& s) {
   return port.full + s.stage * mbar::kBytes;
 }
 
-__device__ __forceinline__ uint32_t empty_barrier(const PipePort& port, const PipeState& s) {
+template <class Port>
+__device__ __forceinline__ uint32_t empty_barrier(const Port& port, const PipeState& s) {
   return port.empty + s.stage * mbar::kBytes;
 }
 
 // Producer's view: the first pass over the ring finds every stage empty, hence
 // the inverted parity.
-__device__ __forceinline__ void producer_acquire(const PipePort& port, const PipeState& s) {
+template <class Port>
+__device__ __forceinline__ void producer_acquire(const Port& port, const PipeState& s) {
   mbar::wait(empty_barrier(port, s), s.phase ^ 1);
 }
 
@@ -62,11 +74,13 @@ __device__ __forceinline__ void producer_expect(const PipePort& port, const Pipe
 }
 
 // Consumer's view.
-__device__ __forceinline__ void consumer_wait(const PipePort& port, const PipeState& s) {
+template <class Port>
+__device__ __forceinline__ void consumer_wait(const Port& port, const PipeState& s) {
   mbar::wait(full_barrier(port, s), s.phase);
 }
 
-__device__ __forceinline__ void consumer_release(const PipePort& port, const PipeState& s) {
+template <class Port>
+__device__ __forceinline__ void consumer_release(const Port& port, const PipeState& s) {
   mbar::arrive(empty_barrier(port, s));
 }
 

@@ -23,6 +23,13 @@ __device__ __forceinline__ uint32_t smem_addr(uint32_t offset) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(smem_base())) + offset;
 }
 
+// One 16-byte shared store at the placed offset `offset`.
+__device__ __forceinline__ void st_shared_v4(uint32_t offset, uint32_t a, uint32_t b, uint32_t c,
+                                             uint32_t d) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};"
+               :: "r"(smem_addr(offset)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
 // Ordinary shared stores that TMA or wgmma read next must cross into the async proxy.
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

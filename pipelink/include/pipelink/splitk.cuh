@@ -33,61 +33,104 @@ __device__ __forceinline__ unsigned char* workspace_at(const KernelInfo& k, uint
   return static_cast<unsigned char*>(k.workspace) + offset;
 }
 
-// Called by every thread of the role holding the tile's accumulators (`thread` is its
-// index in the role; `barrier` a named barrier of the role's THREADS threads). Returns
-// whether `acc` now holds the whole tile (true: store it) or this piece's partial
-// went to the workspace (false: the last piece stores the tile).
+// One split tile's pieces as seen by every thread of the role that holds its
+// accumulators (`thread`: its index in the role; `barrier`: a named barrier of the
+// role's THREADS threads), ACC floats per thread in all, CHUNK at a time (an
+// accumulator that arrives in chunks, e.g. from Tensor Memory, never sits in
+// registers whole). A piece before the last stores its chunks and publishes them; the
+// last piece acquires the others and adds their chunks, in piece order, to its own.
 template <uint32_t ACC, uint32_t THREADS>
-__device__ __forceinline__ bool combine(const WorkTile& tile, const KernelInfo& k,
-                                        float (&acc)[ACC], uint32_t thread, uint32_t barrier) {
-  static_assert(ACC % kFloatsPerVector == 0, "accumulators move as float4");
-  constexpr uint32_t kVectors = ACC / kFloatsPerVector;
-  if (!tile.is_split()) return true;
-  const uint32_t last = uint32_t(tile.k_splits - 1);
-  auto flag = [&](uint32_t piece) {
+struct Pieces {
+  const WorkTile& tile;
+  const KernelInfo& k;
+  uint32_t thread;
+  uint32_t barrier;
+
+  __device__ __forceinline__ bool split() const { return tile.is_split(); }
+  __device__ __forceinline__ uint32_t last() const { return uint32_t(tile.k_splits - 1); }
+  // This piece stores the tile (a whole tile, or the last piece of a split one).
+  __device__ __forceinline__ bool stores() const {
+    return !split() || uint32_t(tile.k_split) == last();
+  }
+
+  __device__ __forceinline__ uint64_t* flag(uint32_t piece) const {
     return reinterpret_cast<uint64_t*>(workspace_at(k, tile.flag + piece * sizeof(uint64_t)));
-  };
-  auto partial = [&](uint32_t piece) {
+  }
+  __device__ __forceinline__ float4* partial(uint32_t piece) const {
     return reinterpret_cast<float4*>(
         workspace_at(k, tile.partials + piece * kPartialBytes<ACC, THREADS>));
-  };
-  if (uint32_t(tile.k_split) < last) {
-    float4* mine = partial(uint32_t(tile.k_split));
+  }
+
+  // A piece before the last: chunk `chunk` (floats chunk * CHUNK ...) of its partial.
+  template <uint32_t CHUNK>
+  __device__ __forceinline__ void store(uint32_t chunk, const float (&acc)[CHUNK]) const {
+    static_assert(CHUNK % kFloatsPerVector == 0, "accumulators move as float4");
+    float4* mine = partial(uint32_t(tile.k_split)) + chunk * (CHUNK / kFloatsPerVector) * THREADS;
 #pragma unroll
-    for (uint32_t j = 0; j < kVectors; ++j) {
+    for (uint32_t j = 0; j < CHUNK / kFloatsPerVector; ++j) {
       const uint32_t f = j * kFloatsPerVector;
       __stcg(mine + j * THREADS + thread, make_float4(acc[f], acc[f + 1], acc[f + 2], acc[f + 3]));
     }
-    named_sync(barrier, THREADS);          // every thread's partial is written ...
-    if (thread == 0) {                     // ... before the release publishes it
+  }
+
+  // A piece before the last, after its chunks: every thread's partial is written
+  // before the release publishes it.
+  __device__ __forceinline__ void publish() const {
+    named_sync(barrier, THREADS);
+    if (thread == 0) {
       asm volatile("st.release.gpu.global.u64 [%0], %1;"
                    :: "l"(flag(uint32_t(tile.k_split))), "l"(k.launch) : "memory");
     }
+  }
+
+  // The last piece, before its first add: every other piece has published.
+  __device__ __forceinline__ void acquire() const {
+    if (thread == 0) {
+      for (uint32_t piece = 0; piece < last(); ++piece) {
+        uint64_t seen;
+        do {
+          asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
+                       : "=l"(seen) : "l"(flag(piece)) : "memory");
+        } while (seen != k.launch);
+        *flag(piece) = 0;                  // ready for a replay of this very launch
+      }
+    }
+    named_sync(barrier, THREADS);          // the acquires order every thread's reads
+  }
+
+  // The last piece: adds chunk `chunk` of every other piece, in piece order.
+  template <uint32_t CHUNK>
+  __device__ __forceinline__ void add(uint32_t chunk, float (&acc)[CHUNK]) const {
+    for (uint32_t piece = 0; piece < last(); ++piece) {
+      const float4* theirs = partial(piece) + chunk * (CHUNK / kFloatsPerVector) * THREADS;
+#pragma unroll
+      for (uint32_t j = 0; j < CHUNK / kFloatsPerVector; ++j) {
+        const float4 v = __ldcg(theirs + j * THREADS + thread);
+        const uint32_t f = j * kFloatsPerVector;
+        acc[f] += v.x;
+        acc[f + 1] += v.y;
+        acc[f + 2] += v.z;
+        acc[f + 3] += v.w;
+      }
+    }
+  }
+};
+
+// The whole-fragment form, for accumulators held in registers: returns whether `acc`
+// now holds the whole tile (true: store it) or this piece's partial went to the
+// workspace (false: the last piece stores the tile).
+template <uint32_t ACC, uint32_t THREADS>
+__device__ __forceinline__ bool combine(const WorkTile& tile, const KernelInfo& k,
+                                        float (&acc)[ACC], uint32_t thread, uint32_t barrier) {
+  const Pieces<ACC, THREADS> pieces{tile, k, thread, barrier};
+  if (!pieces.split()) return true;
+  if (!pieces.stores()) {
+    pieces.store(0, acc);
+    pieces.publish();
     return false;
   }
-  if (thread == 0) {
-    for (uint32_t piece = 0; piece < last; ++piece) {
-      uint64_t seen;
-      do {
-        asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
-                     : "=l"(seen) : "l"(flag(piece)) : "memory");
-      } while (seen != k.launch);
-      *flag(piece) = 0;                    // ready for a replay of this very launch
-    }
-  }
-  named_sync(barrier, THREADS);            // the acquires order every thread's reads
-  for (uint32_t piece = 0; piece < last; ++piece) {
-    const float4* theirs = partial(piece);
-#pragma unroll
-    for (uint32_t j = 0; j < kVectors; ++j) {
-      const float4 v = __ldcg(theirs + j * THREADS + thread);
-      const uint32_t f = j * kFloatsPerVector;
-      acc[f] += v.x;
-      acc[f + 1] += v.y;
-      acc[f + 2] += v.z;
-      acc[f + 3] += v.w;
-    }
-  }
+  pieces.acquire();
+  pieces.add(0, acc);
   return true;
 }
 

@@ -1,8 +1,7 @@
 // Blackwell (sm_100a) fifth-generation tensor core: tcgen05.mma on shared-memory
 // operands with the accumulator in Tensor Memory (TMEM), the commit that turns MMA
 // completion into an mbarrier arrival, the thread-sync fences, and tcgen05.ld of an
-// accumulator block into the register fragment pipelink/epilogue.cuh names
-// "wgmma_f32_m64nN_wg_rows".
+// accumulator row back into registers.
 //
 // The instructions exist on sm_100a only: a component that calls these lists just
 // sm_100a in its arch (pipelink.cuh includes this header everywhere; uncalled, it
@@ -10,21 +9,12 @@
 //
 // Tensor Memory. 128 lanes x 512 columns of 32 bits per SM. An address is
 // (lane << 16) | column. Warp w of a CTA reaches lanes [32 (w % 4), 32 (w % 4) + 32)
-// only (its sub-partition), so which rows a warp can read is fixed by where the MMA
-// wrote them.
-//
-// Why M = 64 (PTX ISA, "Data path layout organization", cta_group::1): an M = 128
-// MMA writes row r of D to lane r, so a warp could read 32 consecutive rows; the
-// wgmma fragment wants warp w of warpgroup g to hold rows 64 g + 16 w + [0, 16), and
-// rows 16..31 (warp 1 of warpgroup 0) would sit in warp 0's sub-partition. An M = 64
-// MMA (the ISA's layout F) writes its row 16 q + r (r < 16) to lane 32 q + r + L,
-// where L is the lane of its D address: 0, or 16 for a second 64-row block beside the
-// first (how CuTe's interleaved M = 64 accumulator tiles two blocks). Issuing
-// warpgroup g's 64 rows as one M = 64 MMA with L = 16 g puts rows 64 g + 16 q +
-// [0, 16) in sub-partition q, where warp q of warpgroup g reads them with
-// tcgen05.ld.16x256b, whose per-thread registers are the mma/wgmma D fragment (below).
-// The expected price: an M = 64 MMA drives half the data paths, so the tensor core
-// should peak at half the M = 128 rate.
+// only (its sub-partition). An M = 128, cta_group::1 MMA (the full-rate shape) writes
+// row r of D to lane r (PTX ISA, "Data path layout organization"), so a warpgroup reads
+// the tile back one row per thread with tcgen05.ld.32x32b: the layout contracts name
+// "tmem_f32_m128_rows". The MMA warp (umma_mainloop) and the epilogue warps
+// (pipelink/tmem_epilogue.cuh) meet at a tmem port: accumulator buffers in TMEM with
+// full/empty mbarriers, placed by the linker.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +23,9 @@
 
 namespace pl::tcgen05 {
 
-constexpr uint32_t kM = 64;                    // rows of A and D per MMA (see above)
+constexpr uint32_t kM = 64;                    // the half-rate cta_group::1 MMA's rows
+constexpr uint32_t kFullM = 128;               // the full-rate cta_group::1 MMA: row r -> lane r
+constexpr uint32_t kFullMinN = 16;             // M = 128: N is 16..256 in steps of 16
 constexpr uint32_t kK = 16;                    // K per MMA for 16-bit inputs
 constexpr uint32_t kMinN = 8;                  // M = 64: N is 8..256 in steps of 8
 constexpr uint32_t kMaxN = 256;
@@ -46,24 +38,9 @@ constexpr uint32_t kSwizzleAtomBytes = kSwizzleBytes * kSwizzleRows;  // base al
 constexpr uint32_t kLaneShift = 16;            // address bits 31..16: lane; 15..0: column
 constexpr uint32_t kSubpartitionLanes = 32;    // lanes one warp (w % 4) reaches
 constexpr uint32_t kSubpartitions = 4;
-constexpr uint32_t kHalfSubpartitionLanes = 16;  // lanes one M = 64 MMA writes per sub-partition
 
 __device__ __forceinline__ uint32_t tmem_addr(uint32_t base, uint32_t lane, uint32_t column) {
   return base + (lane << kLaneShift) + column;
-}
-
-// D address of the M = 64 MMA that computes rows [64 g, 64 g + 64) of a 128-row tile
-// whose accumulator starts at `base` (lane 0): lane offset 16 g.
-__device__ __forceinline__ uint32_t d_block(uint32_t base, uint32_t g) {
-  return tmem_addr(base, g * kHalfSubpartitionLanes, 0);
-}
-
-// The 16 lanes warp `warp_in_warpgroup` (= hardware warp % 4) of warpgroup g reads:
-// rows 64 g + 16 warp_in_warpgroup + [0, 16) of the tile.
-__device__ __forceinline__ uint32_t fragment_lanes(uint32_t base, uint32_t g,
-                                                   uint32_t warp_in_warpgroup) {
-  return tmem_addr(base, warp_in_warpgroup * kSubpartitionLanes + g * kHalfSubpartitionLanes,
-                   0);
 }
 
 // -- Shared-memory matrix descriptor (PTX ISA, "Shared memory descriptor", tcgen05) -------
@@ -134,9 +111,11 @@ constexpr uint32_t kIdescKMajor = 0;
 // bf16 x bf16 -> f32, both operands K-major, dense, an (M x N) D.
 template <uint32_t M, uint32_t N>
 constexpr uint32_t idesc_bf16_f32() {
-  static_assert(M == kM, "this header issues M = 64 MMAs (see the top of the file)");
-  static_assert(N % kIdescNGranule == 0 && N >= kMinN && N <= kMaxN,
-                "an M = 64 MMA is 8..256 columns wide in steps of 8: change tile_n");
+  static_assert(M == kM || M == kFullM, "cta_group::1 MMAs are M = 64 or M = 128");
+  static_assert(N % (M == kFullM ? kFullMinN : kMinN) == 0 &&
+                    N >= (M == kFullM ? kFullMinN : kMinN) && N <= kMaxN,
+                "an M = 64 MMA is 8..256 columns wide in steps of 8, an M = 128 one 16..256 "
+                "in steps of 16: change tile_n");
   return (kIdescF32 << kIdescDTypeShift) | (kIdescBF16 << kIdescATypeShift) |
          (kIdescBF16 << kIdescBTypeShift) | (kIdescKMajor << kIdescTransposeAShift) |
          (kIdescKMajor << kIdescTransposeBShift) | ((N / kIdescNGranule) << kIdescNShift) |
@@ -197,42 +176,19 @@ __device__ __forceinline__ void wait_token(uint32_t mbar_offset, uint64_t token)
 }
 
 // -- TMEM -> registers ------------------------------------------------------------------
-//
-// tcgen05.ld.16x256b.xR (PTX ISA, "Matrix fragments for shape .16x256b"): a warp reads
-// 16 lanes x 8R columns from `taddr`; thread t's registers 4j..4j+3 hold lane t/4,
-// columns 8j + 2(t%4) + {0, 1}, then lane t/4 + 8, the same columns. With lane = row
-// that is float i at row (t%32)/4 + 8((i/2)%2), column 8(i/4) + 2(t%4) + i%2: the
-// wgmma D fragment of one warp, which is why this shape is the one used.
-//
-// Loads the N columns of the warp's 16 rows and waits for them (the wait is in the
-// same statement, so no use of `d` can be scheduled before the data has landed).
-template <int N>
-__device__ __forceinline__ void load_fragment(uint32_t, float (&)[N / 2]) {
-  static_assert(N < 0, "fragments here are 64, 128 or 256 columns wide: change tile_n");
-}
 
 #define PL_TCGEN05_D8(d, i)                                                                 \
   "=f"(d[i + 0]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]),           \
       "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
 
-template <>
-__device__ __forceinline__ void load_fragment<64>(uint32_t taddr, float (&d)[32]) {
+// tcgen05.ld.32x32b.x64 (PTX ISA, "Matrix fragments for shape .32x32b"): thread t of a
+// warp reads lane (taddr's lane) + t, 64 consecutive columns from taddr's column:
+// register i is column i. After an M = 128 MMA (row r in lane r) that is one row of D
+// per thread, which is the layout "tmem_f32_m128_rows" contracts name. Loads and
+// waits in one statement, like load_fragment.
+__device__ __forceinline__ void load_row_x64(uint32_t taddr, float (&d)[64]) {
   asm volatile(
-      "tcgen05.ld.sync.aligned.16x256b.x8.b32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31"
-      "}, [%32];\n"
-      "tcgen05.wait::ld.sync.aligned;\n"
-      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24)
-      : "r"(taddr) : "memory");
-}
-
-template <>
-__device__ __forceinline__ void load_fragment<128>(uint32_t taddr, float (&d)[64]) {
-  asm volatile(
-      "tcgen05.ld.sync.aligned.16x256b.x16.b32 {"
+      "tcgen05.ld.sync.aligned.32x32b.x64.b32 {"
       "%0, %1, %2, %3, %4, %5, %6, %7,"
       "%8, %9, %10, %11, %12, %13, %14, %15,"
       "%16, %17, %18, %19, %20, %21, %22, %23,"
@@ -248,33 +204,9 @@ __device__ __forceinline__ void load_fragment<128>(uint32_t taddr, float (&d)[64
       : "r"(taddr) : "memory");
 }
 
-template <>
-__device__ __forceinline__ void load_fragment<256>(uint32_t taddr, float (&d)[128]) {
-  asm volatile(
-      "tcgen05.ld.sync.aligned.16x256b.x32.b32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39,"
-      "%40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55,"
-      "%56, %57, %58, %59, %60, %61, %62, %63,"
-      "%64, %65, %66, %67, %68, %69, %70, %71,"
-      "%72, %73, %74, %75, %76, %77, %78, %79,"
-      "%80, %81, %82, %83, %84, %85, %86, %87,"
-      "%88, %89, %90, %91, %92, %93, %94, %95,"
-      "%96, %97, %98, %99, %100, %101, %102, %103,"
-      "%104, %105, %106, %107, %108, %109, %110, %111,"
-      "%112, %113, %114, %115, %116, %117, %118, %119,"
-      "%120, %121, %122, %123, %124, %125, %126, %127"
-      "}, [%128];\n"
-      "tcgen05.wait::ld.sync.aligned;\n"
-      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24),
-        PL_TCGEN05_D8(d, 32), PL_TCGEN05_D8(d, 40), PL_TCGEN05_D8(d, 48), PL_TCGEN05_D8(d, 56),
-        PL_TCGEN05_D8(d, 64), PL_TCGEN05_D8(d, 72), PL_TCGEN05_D8(d, 80), PL_TCGEN05_D8(d, 88),
-        PL_TCGEN05_D8(d, 96), PL_TCGEN05_D8(d, 104), PL_TCGEN05_D8(d, 112), PL_TCGEN05_D8(d, 120)
-      : "r"(taddr) : "memory");
+// The first lane warp `warp` of a warpgroup-aligned role reaches (its sub-partition).
+__device__ __forceinline__ uint32_t subpartition_lanes(uint32_t base, uint32_t warp) {
+  return tmem_addr(base, (warp % kSubpartitions) * kSubpartitionLanes, 0);
 }
 
 #undef PL_TCGEN05_D8

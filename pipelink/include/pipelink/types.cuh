@@ -22,6 +22,17 @@ struct PipePort {
   uint32_t stages;
 };
 
+// One tmem port as placed: `stages` accumulator buffers in Tensor Memory, each
+// `stage_columns` columns wide (all 128 lanes), with a `full` mbarrier per buffer (one
+// arrival: the MMA issuer's tcgen05.commit) and an `empty` one (the readers').
+struct TmemPort {
+  uint32_t column;         // first column of buffer 0, from the kernel's TMEM base
+  uint32_t stage_columns;  // distance between buffers
+  uint32_t full;           // shared-memory offset of the full mbarrier array
+  uint32_t empty;          // shared-memory offset of the empty mbarrier array
+  uint32_t stages;
+};
+
 // A register hand-off needs no placement: the glue owns the array.
 
 // A global-memory hand-off between CTAs: slots in the kernel's workspace, plus

@@ -33,4 +33,15 @@ __device__ __forceinline__ uint32_t role_threads(const RolePlace& role) {
 
 __device__ __forceinline__ bool elect_one_in_warp() { return lane() == 0; }
 
+// One lane of a converged warp, chosen by the hardware (elect.sync, sm_90+). Unlike a
+// lane test, ptxas knows the branch is taken by one lane of a uniform warp, so the
+// uniform-datapath instructions inside (tcgen05.mma, tcgen05.commit) are issued once,
+// with no loop over active lanes around each.
+__device__ __forceinline__ bool elect_one_sync() {
+  uint32_t elected;
+  asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}"
+               : "=r"(elected));
+  return elected != 0;
+}
+
 }  // namespace pl

@@ -1,0 +1,74 @@
+// umma_mainloop: the MMA warp of a warp-specialised Blackwell GEMM. The warp walks the
+// operand rings together; one elected lane issues the tile's M = 128 tcgen05.mma into a
+// Tensor Memory accumulator buffer, and its commits hand the operand stages back as
+// the MMAs finish reading them and the finished buffer to the epilogue warps.
+#include <type_traits>
+
+#include "pl_umma_mainloop.h"
+#include "pipelink/tcgen05.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM100_ALL)
+#error "umma_mainloop issues tcgen05.mma, which only sm_100a has: build it for sm_100a"
+#endif
+
+using Params = pl_params_umma_mainloop;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kTileK = Params::tile_k;
+constexpr uint32_t kKSteps = kTileK / pl::tcgen05::kK;              // MMAs per k-tile
+constexpr uint32_t kKStepBytes = pl::tcgen05::kK * sizeof(Element);  // along a K-major row
+constexpr uint32_t kRowBytes = kTileK * sizeof(Element);
+constexpr uint32_t kIdesc = pl::tcgen05::idesc_bf16_f32<kTileM, kTileN>();
+
+static_assert(std::is_same_v<Element, __nv_bfloat16>,
+              "this mainloop multiplies bf16: set dtype: bf16");
+static_assert(kTileM == pl::tcgen05::kFullM,
+              "one M = 128 MMA covers the tile's rows, row r in lane r: set tile_m to 128");
+static_assert(kRowBytes == pl::tcgen05::kSwizzleBytes,
+              "stages are 128-byte-swizzled K-major rows: set tile_k = 128 / sizeof(dtype)");
+
+// The MMA warp's perspective, per k-tile: the whole warp waits for the stage pair; one
+// elected lane issues its MMAs and hands both stages back once those MMAs have read
+// them (one commit arrival each).
+__device__ __forceinline__ void issue_k_tile(const pl_place_umma_mainloop& at, uint32_t d,
+                                             bool first, pl_state_umma_mainloop_mma& st) {
+  pl::consumer_wait(at.port.a, st.a);
+  pl::consumer_wait(at.port.b, st.b);
+  pl::tcgen05::fence_after_thread_sync();
+  if (pl::elect_one_sync()) {
+    const uint64_t desc_a = pl::tcgen05::desc_sw128_kmajor(pl::stage_offset(at.port.a, st.a));
+    const uint64_t desc_b = pl::tcgen05::desc_sw128_kmajor(pl::stage_offset(at.port.b, st.b));
+#pragma unroll
+    for (uint32_t s = 0; s < kKSteps; ++s) {
+      // The tile's first MMA overwrites what the buffer's last tile left.
+      pl::tcgen05::mma_ss(d, pl::tcgen05::desc_advance(desc_a, s * kKStepBytes),
+                          pl::tcgen05::desc_advance(desc_b, s * kKStepBytes), kIdesc,
+                          !first || s > 0);
+    }
+    pl::tcgen05::commit(pl::empty_barrier(at.port.a, st.a));
+    pl::tcgen05::commit(pl::empty_barrier(at.port.b, st.b));
+  }
+  __syncwarp();
+  st.a.advance(at.port.a);
+  st.b.advance(at.port.b);
+}
+
+// The MMA warp's perspective, per tile: take a free accumulator buffer (the epilogue
+// has read what it held), run the k-tiles into it, and report it full. A tile with
+// no k-tiles issues no MMA: the commit still arrives, and the epilogue, which reads
+// the same record, writes zeros instead of reading the buffer.
+extern "C" __device__ void pl_umma_mainloop_mma(const pl_place_umma_mainloop& at,
+                                                const pl_args_umma_mainloop&,
+                                                const pl::KernelInfo& k, const pl::WorkTile& tile,
+                                                pl_state_umma_mainloop_mma& st) {
+  const uint32_t k_tiles = tile.k_tiles();
+  pl::producer_acquire(at.port.acc, st.acc);
+  pl::tcgen05::fence_after_thread_sync();
+  const uint32_t d = k.tmem_base + pl::stage_column(at.port.acc, st.acc);
+  for (uint32_t kt = 0; kt < k_tiles; ++kt) issue_k_tile(at, d, kt == 0, st);
+  if (pl::elect_one_sync()) pl::tcgen05::commit(pl::full_barrier(at.port.acc, st.acc));
+  __syncwarp();
+  st.acc.advance(at.port.acc);
+}

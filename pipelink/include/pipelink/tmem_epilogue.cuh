@@ -1,0 +1,113 @@
+// The per-tile walk every Tensor Memory epilogue shares (sm_100a): wait for the MMA
+// warp's accumulator buffer, read it CHUNK_N columns at a time with tcgen05.ld.32x32b
+// (layout "tmem_f32_m128_rows": thread t of the warpgroup holds row t), give the buffer
+// back after the last chunk, and hand each chunk to the component's own math, which
+// stages it for a TMA store. Split tiles meet through the workspace chunk by chunk
+// (pipelink/splitk.cuh). What differs between epilogues is only that math: the store,
+// SwiGLU and bias-GELU epilogues pass a `stage(buffer, row, values, chunk)` function.
+#pragma once
+
+#include <cstdint>
+
+#include "pipelink/epilogue.cuh"
+#include "pipelink/pipeline.cuh"
+#include "pipelink/splitk.cuh"
+#include "pipelink/tcgen05.cuh"
+
+namespace pl::epi {
+
+constexpr uint32_t kTmemLoadColumns = 64;   // one tcgen05.ld.32x32b.x64
+
+template <uint32_t TILE_M, uint32_t TILE_N, uint32_t CHUNK_N, uint32_t BUFFERS,
+          uint32_t STAGING_BYTES>
+struct TmemTile {
+  static constexpr uint32_t kThreads = TILE_M;               // one accumulator row each
+  static constexpr uint32_t kChunks = TILE_N / CHUNK_N;
+  static constexpr uint32_t kLoads = CHUNK_N / kTmemLoadColumns;
+  using Pieces = splitk::Pieces<TILE_N, kThreads>;
+
+  static_assert(TILE_M == tcgen05::kFullM,
+                "one warpgroup reads the 128 lanes of an M = 128 accumulator: tile_m is 128");
+  static_assert(CHUNK_N % kTmemLoadColumns == 0 && TILE_N % CHUNK_N == 0,
+                "chunks are whole 64-column loads and tile the accumulator");
+  static_assert(kChunks % BUFFERS == 0,
+                "staging buffers rotate per chunk across tiles: make the chunks per tile a "
+                "multiple of buffers");
+
+  const TmemPort& port;
+  PipeState& state;
+  const KernelInfo& k;
+  const WorkTile& tile;
+  uint32_t thread;        // in the role: the accumulator row this thread reads
+  uint32_t warp;          // in the (warpgroup-aligned) role: its TMEM sub-partition
+  uint32_t barrier;       // the role's named barrier
+  uint32_t staging;       // shared-memory offset of the BUFFERS staging tiles
+
+  // The usual `store`: the issuing thread stores chunk c of the tile whose top-left
+  // element is Y[row][col] with a TMA store of STEP columns per chunk.
+  template <uint32_t STEP>
+  __device__ __forceinline__ auto tma_store(const void* map, int32_t col, int32_t row) const {
+    const bool issuer = thread == 0;
+    return [=](uint32_t buffer, uint32_t c) {
+      if (!issuer) return;
+      tma::store_2d(map, buffer, col + int32_t(c * STEP), row);
+      tma::store_commit();
+    };
+  }
+
+  // Chunk c of this thread's row; zeros for a tile with no k-tiles, whose buffer the
+  // MMA warp left untouched.
+  __device__ __forceinline__ void load(uint32_t taddr, uint32_t c, bool empty,
+                                       float (&v)[CHUNK_N]) const {
+#pragma unroll
+    for (uint32_t l = 0; l < kLoads; ++l) {
+      float (&part)[kTmemLoadColumns] =
+          *reinterpret_cast<float (*)[kTmemLoadColumns]>(v + l * kTmemLoadColumns);
+      if (empty) {
+#pragma unroll
+        for (uint32_t i = 0; i < kTmemLoadColumns; ++i) part[i] = 0.0f;
+      } else {
+        tcgen05::load_row_x64(taddr + c * CHUNK_N + l * kTmemLoadColumns, part);
+      }
+    }
+  }
+
+  // The tile: `stage(buffer, row, values, chunk)` writes one chunk of this thread's row
+  // into a staging tile; once the whole role has, every thread calls `store(buffer,
+  // chunk)` (tma_store below, or a copy every thread takes part in).
+  template <class Stage, class Store>
+  __device__ __forceinline__ void run(Stage&& stage, Store&& store) const {
+    const Pieces pieces{tile, k, thread, barrier};
+    const bool empty = tile.k_tiles() == 0;
+    consumer_wait(port, state);
+    tcgen05::fence_after_thread_sync();
+    const uint32_t taddr =
+        tcgen05::subpartition_lanes(k.tmem_base + stage_column(port, state), warp);
+    const StagedStore<BUFFERS> out{barrier, kThreads, thread == 0};
+    if (pieces.split() && pieces.stores()) pieces.acquire();
+#pragma unroll
+    for (uint32_t c = 0; c < kChunks; ++c) {
+      float v[CHUNK_N];
+      load(taddr, c, empty, v);
+      if (c + 1 == kChunks) {   // the buffer is in registers: the MMA warp may reuse it
+        tcgen05::fence_before_thread_sync();
+        consumer_release(port, state);
+      }
+      if (!pieces.stores()) {
+        pieces.store(c, v);
+        continue;
+      }
+      if (pieces.split()) pieces.add(c, v);   // the last piece: the others' partials first
+      const uint32_t buffer = staging + (c % BUFFERS) * STAGING_BYTES;
+      out.begin();
+      stage(buffer, thread, v, c);
+      fence_proxy_async_smem();
+      named_sync(barrier, kThreads);
+      store(buffer, c);
+    }
+    if (!pieces.stores()) pieces.publish();
+    state.advance(port);
+  }
+};
+
+}  // namespace pl::epi

@@ -1,0 +1,139 @@
+"""The tmem port kind: accumulators handed from an MMA warp to epilogue warps through
+Tensor Memory (sm_100a). The real gemm recipe's contracts are checked without a
+compiler; each broken variant must be refused naming the file or instance and what to
+change."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelink.check import check
+from pipelink.contract import load_contract
+from pipelink.errors import CheckError, ContractError, PipeLinkError
+from pipelink.link import place_kernel
+from pipelink.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCH = "sm_100a"
+COMPONENTS = ("splitk_scheduler", "tma_loader", "umma_mainloop", "tmem_store_epilogue")
+
+
+def _tree(tmp_path: Path, edit_contract: dict[str, Any] | None = None,
+          edit_recipe: Any = None) -> tuple[Any, dict[str, Any]]:
+    """The gemm recipe and its sm_100a contracts, copied into tmp_path and edited."""
+    contracts = {}
+    for name in COMPONENTS:
+        data = yaml.safe_load((ROOT / "components" / name / "contract.yaml").read_text())
+        for key, change in (edit_contract or {}).get(name, {}).items():
+            change(data) if callable(change) else data.__setitem__(key, change)
+        folder = tmp_path / "components" / name
+        folder.mkdir(parents=True)
+        (folder / "contract.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        contracts[name] = folder / "contract.yaml"
+    recipe = yaml.safe_load((ROOT / "recipes" / "gemm.yaml").read_text())
+    if edit_recipe:
+        edit_recipe(recipe)
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "gemm.yaml"
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return load_recipe(path), contracts
+
+
+def _check(tmp_path: Path, **edits: Any):  # noqa: ANN202
+    recipe, contracts = _tree(tmp_path, **edits)
+    bound = {inst: load_contract(contracts[i.component]).bind(i.params)
+             for inst, i in recipe.instances(ARCH).items()}
+    return check(recipe, ARCH, bound)
+
+
+def test_gemm_hands_the_accumulator_through_tensor_memory(tmp_path):
+    kernel = _check(tmp_path)
+    acc = [t for t in kernel.transfers if str(t.dst) == "store.acc"]
+    assert [(t.kind, str(t.src)) for t in acc] == [("zero_copy", "mma.acc")]
+    assert kernel.tmem_allocator == ("mma", "mma")
+    placement = place_kernel(kernel, 1)
+    # Two 256-column accumulator buffers: all of Tensor Memory, placed from column 0.
+    assert placement.tmem == {"mma.acc": (0, 512)}
+
+
+def test_tmem_port_on_an_arch_without_tensor_memory_is_refused(tmp_path):
+    with pytest.raises(ContractError) as e:
+        _check(tmp_path, edit_contract={"tmem_store_epilogue": {"arch": ["sm_90a", "sm_100a"]}})
+    text = e.value.render()
+    assert "tmem port 'acc'" in text and "sm_90a" in text and "tmem_store_epilogue" in text
+    assert "per_arch" in text
+
+
+def test_tensor_memory_over_512_columns_is_refused(tmp_path):
+    def three_buffers(r: dict[str, Any]) -> None:
+        r["instances"]["mma"]["params"]["acc_stages"] = 3
+        r["instances"]["store"]["params"]["acc_stages"] = 3
+    with pytest.raises(PipeLinkError) as e:
+        _check(tmp_path, edit_recipe=three_buffers)
+    text = e.value.render()
+    assert "512" in text and "umma_mainloop" in text and "tmem.acc" in text
+
+
+def test_buffer_counts_must_agree(tmp_path):
+    def one_buffer_at_the_epilogue(r: dict[str, Any]) -> None:
+        r["instances"]["store"]["params"]["acc_stages"] = 1
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_recipe=one_buffer_at_the_epilogue)
+    text = e.value.render()
+    assert "'mma.acc'" in text and "'store.acc'" in text and "stages" in text
+
+
+def test_layouts_must_agree(tmp_path):
+    def other_layout(c: dict[str, Any]) -> None:
+        c["ports"]["acc"]["layout"] = "tmem_f32_m64_interleaved"
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_contract={"tmem_store_epilogue": {"ports": other_layout}})
+    text = e.value.render()
+    assert "layout" in text and "Tensor Memory is read where the MMA wrote it" in text
+
+
+def test_buffer_columns_must_hold_the_stages(tmp_path):
+    def narrow(c: dict[str, Any]) -> None:
+        c["tmem"]["acc"]["columns"] = "tile_n"
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_contract={"umma_mainloop": {"tmem": narrow}})
+    text = e.value.render()
+    assert "tmem.acc" in text and "acc_stages * tile_n" in text.replace("'", "")
+
+
+def test_someone_must_allocate_tensor_memory(tmp_path):
+    def no_alloc(c: dict[str, Any]) -> None:
+        c["roles"]["mma"]["uses"] = ["tcgen05"]
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_contract={"umma_mainloop": {"roles": no_alloc}})
+    assert "no role allocates" in e.value.render()
+    assert "tmem_alloc" in e.value.render()
+
+
+def test_tensor_memory_is_allocated_once(tmp_path):
+    def also_alloc(c: dict[str, Any]) -> None:
+        c["roles"]["store"]["uses"] = ["tmem_load", "tmem_alloc"]
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_contract={"tmem_store_epilogue": {"roles": also_alloc}})
+    text = e.value.render()
+    assert re.search(r"mma\.mma, store\.store all say uses: \[tmem_alloc\]", text), text
+
+
+def test_tmem_port_names_a_tmem_buffer(tmp_path):
+    def smem_buffer(c: dict[str, Any]) -> None:
+        c["ports"]["acc"]["buffer"] = "nothing_here"
+    with pytest.raises(ContractError) as e:
+        _check(tmp_path, edit_contract={"umma_mainloop": {"ports": smem_buffer}})
+    assert "not under tmem" in e.value.render()
+
+
+def test_unchanged_copy_is_not_edited_in_place():
+    # The edits above work on copies: the shipped contract still says two buffers.
+    data = yaml.safe_load((ROOT / "components" / "umma_mainloop" / "contract.yaml").read_text())
+    assert copy.deepcopy(data)["params"]["acc_stages"] == 2
