@@ -159,6 +159,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     _check_trip_counts(recipe, bound, transfers, problems)
     _check_tmem_buffers(bound, problems)
     allocator = _tmem_allocator(bound, problems)
+    _check_cta_pairs(recipe, bound, problems)
     problems.raise_if_any()
     workspace, workspace_bytes = _workspace(bound)
     problem = _problem(recipe, arch, bound, transfers, lanes, problems)
@@ -324,6 +325,9 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
             return None
         return "registers"
     if src.kind == "tmem":
+        groups = (_field(sb, src, "cta_group") or 1, _field(db, dst, "cta_group") or 1)
+        if groups[0] != groups[1]:
+            differs["cta_group"] = groups
         if differs:
             _mismatch(problems, conn.key, pair, differs,
                       "Tensor Memory is read where the MMA wrote it: the producer's and the "
@@ -511,6 +515,47 @@ def _check_tmem_buffers(bound: dict[str, BoundContract], problems: _Problems) ->
                              f"{have} columns", f"make tmem.{buffer}.columns "
                                                 f"{spec['stages']} * {spec['shape'][-1]} in "
                                                 f"{b.contract.path}")
+
+
+def tmem_cta_group(bound: dict[str, BoundContract]) -> int:
+    """The CTA group the kernel's Tensor Memory is allocated for: 2 when any allocation
+    is a CTA pair's (checked to agree by _check_cta_pairs), else 1."""
+    groups = [b.eval(spec.get("cta_group", 1), f"tmem.{name}.cta_group")
+              for b in bound.values() for name, spec in b.contract.section("tmem").items()]
+    return max(groups, default=1)
+
+
+def _check_cta_pairs(recipe: Recipe, bound: dict[str, BoundContract],
+                     problems: _Problems) -> None:
+    """A component that needs a cluster shape gets it from the recipe (it cannot be
+    inferred: the grid and the runtime depend on it); a CTA-pair (cta_group::2) Tensor
+    Memory allocation needs a cluster of exactly two CTAs along x, and one kernel
+    allocates Tensor Memory for one group."""
+    launch = recipe.launch.get("cluster")
+    for inst, b in bound.items():
+        wanted = b.contract.data.get("cluster")
+        if wanted and launch is None and any(c != 1 for c in wanted):
+            problems.add(f"instances.{inst}",
+                         f"{inst} ({b.name}) runs in a cluster of {list(wanted)} CTAs, but "
+                         "the recipe launches no cluster",
+                         f"add cluster: {list(wanted)} under launch:")
+    pairs = {}
+    for inst, b in bound.items():
+        for name, spec in b.contract.section("tmem").items():
+            pairs[f"{inst}.{name}"] = b.eval(spec.get("cta_group", 1), f"tmem.{name}.cta_group")
+    if len(set(pairs.values())) > 1:
+        listing = ", ".join(f"{k} cta_group {v}" for k, v in sorted(pairs.items()))
+        problems.add("instances", f"Tensor Memory is allocated once per kernel, for one CTA "
+                                  f"group, but {listing}",
+                     "use components of one CTA group (all cta_group::1 or all ::2)")
+    paired = sorted(k for k, v in pairs.items() if v == 2)
+    if paired and list(launch or [1, 1, 1]) != [2, 1, 1]:
+        inst = paired[0].split(".")[0]
+        problems.add(f"instances.{inst}",
+                     f"{', '.join(paired)} is a CTA pair's Tensor Memory (a 2-CTA MMA), which "
+                     f"needs a cluster of 2 CTAs; the recipe launches "
+                     f"{list(launch) if launch else 'no cluster'}",
+                     "add cluster: [2, 1, 1] under launch:")
 
 
 def _tmem_allocator(bound: dict[str, BoundContract],

@@ -26,6 +26,7 @@ from .check import (
     Kernel,
     Lane,
     Transfer,
+    tmem_cta_group,
 )
 from .compile import INCLUDE_DIR
 from .contract import RING_PORTS, BoundContract
@@ -365,7 +366,9 @@ class _Glue:
 
     def kernel_entry(self) -> None:
         w, k, p = self.w, self.k, self.p
-        w(f'extern "C" __global__ void __launch_bounds__({p.threads}, 1)')
+        cluster = self.cluster()
+        dims = f" __cluster_dims__({', '.join(map(str, cluster))})" if self.clustered() else ""
+        w(f'extern "C" __global__ void __launch_bounds__({p.threads}, 1){dims}')
         w.open(f"{entry_name(k.recipe.name)}(const __grid_constant__ "
                f"pl_params_{k.recipe.name} p)")
         for inst, b in k.bound.items():
@@ -388,6 +391,16 @@ class _Glue:
             w.close()
         self.tmem_free()
         w.close()
+
+    def cluster(self) -> list[int]:
+        return list(self.k.recipe.launch.get("cluster") or [1, 1, 1])
+
+    def clustered(self) -> bool:
+        return self.cluster() != [1, 1, 1]
+
+    def block_sync(self) -> str:
+        """Every thread of the CTA, and of every CTA of the cluster when there is one."""
+        return "pl::cluster::sync();" if self.clustered() else "__syncthreads();"
 
     def tmem_columns(self) -> int:
         """Columns to allocate: the placed extent rounded up to a power of two."""
@@ -416,28 +429,31 @@ class _Glue:
         owner = ".".join(self.k.tmem_allocator or ("?", "?"))
         w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}, allocated by "
           f"{owner}.")
+        group = tmem_cta_group(self.k.bound)
         w.open(f"if (threadIdx.x / 32 == {self.tmem_warp()})")
-        w(f'asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], '
+        w(f'asm volatile("tcgen05.alloc.cta_group::{group}.sync.aligned.shared::cta.b32 [%0], '
           f'{columns};" :: "r"(pl::smem_addr({slot})) : "memory");')
-        w('asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: '
-          '"memory");')
+        w(f'asm volatile("tcgen05.relinquish_alloc_permit.cta_group::{group}.sync.aligned;" '
+          '::: "memory");')
         w.close()
         w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
-        w("__syncthreads();")
+        w(self.block_sync())
         w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
         w(f"const pl::KernelInfo k = {{p.workspace, *pl::smem_ptr<uint32_t>({slot}), p.launch}};")
 
     def tmem_free(self) -> None:
         columns = self.tmem_columns()
         if not columns:
+            if self.clustered():   # no CTA leaves while a peer may still reach its memory
+                self.w(self.block_sync())
             return
         w = self.w
         w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
-        w("__syncthreads();")
+        w(self.block_sync())
         w.open(f"if (threadIdx.x / 32 == {self.tmem_warp()})")
         w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
-        w(f'asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, {columns};" :: '
-          '"r"(k.tmem_base) : "memory");')
+        w(f'asm volatile("tcgen05.dealloc.cta_group::{tmem_cta_group(self.k.bound)}.sync.'
+          f'aligned.b32 %0, {columns};" :: "r"(k.tmem_base) : "memory");')
         w.close()
 
     def barrier_init(self) -> None:
@@ -451,7 +467,9 @@ class _Glue:
               f"pl::mbar::init({offset} + i * {MBARRIER_BYTES}, {arrivals});  // {what}")
         w("pl::mbar::fence_init();")
         w.close()
-        w("__syncthreads();")
+        # A peer may arrive on these barriers (or land TMA bytes on them) as soon as it
+        # passes: with a cluster, every CTA of it initialises first.
+        w(self.block_sync())
 
     def mbarrier_counts(self) -> list[tuple[int, int, int, str]]:
         """(offset, count, arrivals, what) of every mbarrier array."""
@@ -464,8 +482,11 @@ class _Glue:
                 arrivals = b.eval(port.spec["arrivals"], f"ports.{port.name}.arrivals",
                                   self.tunables(inst))
                 port_bars[f"{inst}.{port.spec['full']}"] = (f"{inst}.{port.name} full", arrivals)
+                # A CTA pair's buffers are released by the readers of both CTAs.
+                pair = b.eval(port.spec.get("cta_group", 1), f"ports.{port.name}.cta_group",
+                              self.tunables(inst)) if port.kind == "tmem" else 1
                 port_bars[f"{inst}.{port.spec['empty']}"] = (
-                    f"{inst}.{port.name} empty", self.consumer_arrivals(inst, port.name))
+                    f"{inst}.{port.name} empty", pair * self.consumer_arrivals(inst, port.name))
         for inst, b in self.k.bound.items():
             for name, spec in sorted(b.contract.section("mbarriers").items()):
                 offset, size = self.p.smem[f"{inst}.mbar.{name}"]

@@ -83,6 +83,9 @@ PORT = _obj({
     "consumer_arrivals": {**EXPR, "description": "out: arrivals on empty this producer "
                                                  "expects from all consumers together"},
     "tx_bytes": {**EXPR, "description": "bytes a TMA lands per stage (expect_tx)"},
+    "cta_group": {**EXPR, "description": "tmem: 2 when the buffers are a CTA pair's (a "
+                                         "cta_group::2 MMA): the readers of both CTAs "
+                                         "release the leader's buffer; both ends agree"},
     "per_tile": {"description": "stages handed over per work tile: an expression, "
                                 "'args.NAME' for a runtime argument, or 'work' for the "
                                 "record's k range (k_end - k_begin)",
@@ -150,7 +153,12 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
                   "description": "a hard-coded id (third-party code); omit to let the "
                                  "linker place it"},
         "live": LIVE}, ["threads"]), "named barriers (bar.sync ids)"),
-    "tmem": _map(_obj({"columns": EXPR}, ["columns"]), "Tensor Memory allocations (sm_100a)"),
+    "tmem": _map(_obj({"columns": EXPR,
+                       "cta_group": {**EXPR, "description": "2: the allocation spans a CTA "
+                                                           "pair (a cta_group::2 MMA's "
+                                                           "accumulator); needs a cluster "
+                                                           "of 2"}}, ["columns"]),
+                 "Tensor Memory allocations (sm_100a)"),
     "static_smem": {**EXPR, "description": "bytes of static __shared__ variables the source "
                                            "declares (not placed, but counted against the "
                                            "block's limit; the linker checks the code)"},

@@ -19,7 +19,8 @@ constexpr uint32_t kStoreN = Params::store_n;     // columns per load, staging r
 constexpr uint32_t kBuffers = Params::buffers;
 constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);
 
-using Tile = pl::epi::TmemTile<kTileM, kTileN, kStoreN, kBuffers, kStagingBytes>;
+using Tile = pl::epi::TmemTile<kTileM, kTileN, kStoreN, kBuffers, kStagingBytes,
+                               Params::cta_group>;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
 

@@ -60,11 +60,6 @@ class LinkedKernel:
     def __init__(self, folder: Path | str) -> None:
         self.folder = Path(folder)
         self.meta, cubin = read_kernel_folder(self.folder)
-        cluster = self.meta.get("cluster") or [1, 1, 1]
-        if any(int(c) != 1 for c in cluster):
-            raise RuntimeLaunchError(f"kernel '{self.name}' is built for a {cluster} cluster, "
-                                     "which this runtime does not launch yet",
-                                     where=str(self.folder / KERNEL_JSON))
         drv = driver()
         self.device = current_device()
         self._cubin = cubin  # the driver keeps a pointer until the module loads
@@ -152,6 +147,12 @@ class LinkedKernel:
         grid = (list(grid) + [1, 1])[:3]
         if min(grid) < 1:
             raise RuntimeLaunchError(f"empty grid {grid} for kernel '{self.name}'")
+        cluster = (list(self.meta.get("cluster") or [1, 1, 1]) + [1, 1])[:3]
+        if any(g % c for g, c in zip(grid, cluster, strict=True)):
+            raise RuntimeLaunchError(f"grid {grid} is not a whole number of {cluster} clusters "
+                                     f"for kernel '{self.name}' (compiled with that cluster "
+                                     "shape)", hint="round each grid dimension up to a "
+                                                    "multiple of the cluster's")
         return Launch(self, tuple(grid), self.pack(args))
 
     def launch(self, grid: tuple[int, ...] | list[int], args: dict[str, Any],

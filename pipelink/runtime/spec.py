@@ -42,6 +42,7 @@ class LaunchSpec:
     persistent: bool
     # tensor name -> the kernel fields it is passed as
     fields_of: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    cluster: tuple[int, int, int] = (1, 1, 1)   # compiled in (__cluster_dims__)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> LaunchSpec:
@@ -60,7 +61,8 @@ class LaunchSpec:
                 fields_of.setdefault(value, []).append(by_arg[arg])
         return cls(inputs, outputs, dict(launch.get("bind", {})),
                    tuple(launch.get("grid", [1])), bool(launch.get("persistent")),
-                   {k: tuple(v) for k, v in fields_of.items()})
+                   {k: tuple(v) for k, v in fields_of.items()},
+                   tuple((list(meta.get("cluster") or [1, 1, 1]) + [1, 1])[:3]))
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -101,9 +103,14 @@ class LaunchSpec:
                 for o in self.outputs}
 
     def grid_for(self, sizes: Mapping[str, Any], num_sms: int) -> list[int]:
+        """The launch grid; a clustered kernel's is a whole number of clusters (a
+        persistent one rounds the SM count down, a sized one rounds up: the schedulers
+        end extra CTAs at once)."""
         if self.persistent:
-            return [num_sms]
-        return [evaluate(g, sizes, "grid") for g in self.grid]
+            return [max(num_sms // self.cluster[0], 1) * self.cluster[0]]
+        grid = [evaluate(g, sizes, "grid") for g in self.grid]
+        return [-(-int(g) // c) * c if isinstance(g, int) else g
+                for g, c in zip(grid, self.cluster, strict=False)]
 
     def scalars(self, sizes: Mapping[str, Any]) -> dict[str, int]:
         return {k: evaluate(v, sizes, f"bind.{k}") for k, v in self.bind.items()

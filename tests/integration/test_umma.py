@@ -179,3 +179,58 @@ def test_no_local_memory(linked, recipe, mode):
 def test_linked_matches_monolithic(linked, recipe):
     assert sass_instructions(linked[(recipe, "linked")].cubin) == \
         sass_instructions(linked[(recipe, "mono")].cubin)
+
+
+# -- the CTA pair (cta_group::2, recipes/gemm_pair.yaml) -------------------------------------
+
+PAIR_M = 2 * TILE_M                           # one M = 256 MMA across the pair
+PAIR_IDESC = (1 << 4) | (1 << 7) | (1 << 10) | ((TILE_N >> 3) << 17) | ((PAIR_M >> 4) << 24)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """mode -> LinkResult of gemm_pair for sm_100a."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    out = tmp_path_factory.mktemp("pair")
+    index = default_index(ROOT)
+    recipe = load_recipe(ROOT / "recipes" / "gemm_pair.yaml")
+    objects = build_objects(recipe, ARCH, index, out / "obj")
+    return {mode: link_kernel(recipe, objects, out / mode, opts, index=index)
+            for mode, opts in (("linked", LinkOptions(ARCH, emit_ptx=True)),
+                               ("mono", LinkOptions(ARCH, mode="mono")))}
+
+
+@needs_nvcc
+def test_pair_glue_clusters_and_allocates_for_the_pair(pair):
+    glue = (pair["linked"].cubin.parent / "glue.cu").read_text()
+    assert "__cluster_dims__(2, 1, 1)" in glue
+    # Peers arrive on each other's barriers: the cluster initialises before any role
+    # runs, and no CTA frees its Tensor Memory or leaves before the other is done.
+    assert glue.count("pl::cluster::sync();") == 3
+    assert "tcgen05.alloc.cta_group::2" in glue and "tcgen05.dealloc.cta_group::2" in glue
+    # The leader reuses a buffer once the readers of both CTAs released it.
+    assert re.search(rf"pl::mbar::init\(\d+ \+ i \* 8, {2 * EPILOGUE_THREADS}\);  "
+                     r"// mma\.acc empty", glue)
+    meta = (pair["linked"].cubin.parent / "kernel.json").read_text()
+    assert '"cluster": [\n  2,\n  1,\n  1\n ]' in meta or '"cluster": [2, 1, 1]' in meta
+
+
+@needs_nvcc
+def test_pair_sass_issues_cta_pair_mmas_copies_and_commits(pair):
+    ops = sass_instructions(pair["linked"].cubin)
+    assert ops.count("UTCHMMA.2CTA") == MMAS_PER_K_TILE and "UTCHMMA" not in ops
+    # Two stage releases per k-tile and the full buffer per tile, multicast to the pair.
+    assert ops.count("UTCBAR.2CTA.MULTICAST") == 3
+    assert ops.count("UTMALDG.2D.2CTA") == 2          # A and this CTA's half of B
+    assert "UTCATOMSWS.2CTA.FIND_AND_SET.ALIGN" in ops
+    assert ops.count(DEALLOC) == 1 and ops.count(RELINQUISH) == 1
+    assert not [op for op in ops if "GMMA" in op]
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
+    text = sass(pair["linked"].cubin)
+    assert re.search(rf"\bUMOV UR\d+, {PAIR_IDESC:#x} ;", text), f"{PAIR_IDESC:#x} not found"
+
+
+@needs_nvcc
+def test_pair_linked_matches_monolithic(pair):
+    assert sass_instructions(pair["linked"].cubin) == sass_instructions(pair["mono"].cubin)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelink.check import check
+from pipelink.check import check, tmem_cta_group
 from pipelink.contract import load_contract
 from pipelink.errors import CheckError, ContractError, PipeLinkError
 from pipelink.link import place_kernel
@@ -22,13 +22,16 @@ from pipelink.recipe import load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = "sm_100a"
 COMPONENTS = ("splitk_scheduler", "tma_loader", "umma_mainloop", "tmem_store_epilogue")
+PAIR_COMPONENTS = ("tile_scheduler", "tma_pair_loader", "umma_pair_mainloop",
+                   "tmem_store_epilogue")
 
 
 def _tree(tmp_path: Path, edit_contract: dict[str, Any] | None = None,
-          edit_recipe: Any = None) -> tuple[Any, dict[str, Any]]:
-    """The gemm recipe and its sm_100a contracts, copied into tmp_path and edited."""
+          edit_recipe: Any = None, recipe: str = "gemm",
+          components: tuple[str, ...] = COMPONENTS) -> tuple[Any, dict[str, Any]]:
+    """A recipe and its sm_100a contracts, copied into tmp_path and edited."""
     contracts = {}
-    for name in COMPONENTS:
+    for name in components:
         data = yaml.safe_load((ROOT / "components" / name / "contract.yaml").read_text())
         for key, change in (edit_contract or {}).get(name, {}).items():
             change(data) if callable(change) else data.__setitem__(key, change)
@@ -36,12 +39,12 @@ def _tree(tmp_path: Path, edit_contract: dict[str, Any] | None = None,
         folder.mkdir(parents=True)
         (folder / "contract.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         contracts[name] = folder / "contract.yaml"
-    recipe = yaml.safe_load((ROOT / "recipes" / "gemm.yaml").read_text())
+    data = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
     if edit_recipe:
-        edit_recipe(recipe)
+        edit_recipe(data)
     (tmp_path / "recipes").mkdir()
-    path = tmp_path / "recipes" / "gemm.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    path = tmp_path / "recipes" / f"{recipe}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_recipe(path), contracts
 
 
@@ -131,6 +134,59 @@ def test_tmem_port_names_a_tmem_buffer(tmp_path):
     with pytest.raises(ContractError) as e:
         _check(tmp_path, edit_contract={"umma_mainloop": {"ports": smem_buffer}})
     assert "not under tmem" in e.value.render()
+
+
+# -- CTA pairs (cta_group::2) -----------------------------------------------------------------
+
+def _pair(tmp_path: Path, **edits: Any):  # noqa: ANN202
+    return _check(tmp_path, recipe="gemm_pair", components=PAIR_COMPONENTS, **edits)
+
+
+def test_cta_pair_recipe_checks_with_its_cluster(tmp_path):
+    kernel = _pair(tmp_path)
+    assert tmem_cta_group(kernel.bound) == 2
+    assert kernel.recipe.launch["cluster"] == [2, 1, 1]
+    acc = [t for t in kernel.transfers if str(t.dst) == "store.acc"]
+    assert [(t.kind, str(t.src)) for t in acc] == [("zero_copy", "mma.acc")]
+
+
+def test_cta_pair_mma_without_a_cluster_of_two_is_refused(tmp_path):
+    def no_cluster(r: dict[str, Any]) -> None:
+        del r["launch"]["cluster"]
+    with pytest.raises(CheckError) as e:
+        _pair(tmp_path, edit_recipe=no_cluster)
+    text = e.value.render()
+    assert "mma.acc is a CTA pair's Tensor Memory (a 2-CTA MMA)" in text
+    assert "needs a cluster of 2 CTAs" in text and "cluster: [2, 1, 1]" in text
+    # ... and the components that state their cluster say so by name.
+    assert "mma (umma_pair_mainloop) runs in a cluster of [2, 1, 1]" in text
+
+
+def test_cta_pair_mma_in_a_cluster_of_four_is_refused(tmp_path):
+    def four(r: dict[str, Any]) -> None:
+        r["launch"]["cluster"] = [4, 1, 1]
+    with pytest.raises(CheckError) as e:
+        _pair(tmp_path, edit_recipe=four)
+    text = e.value.render()
+    assert "cluster shapes disagree: launch.cluster [4, 1, 1], load [2, 1, 1], mma [2, 1, 1]" \
+        in text
+
+
+def test_cta_pair_buffers_read_as_one_cta_are_refused(tmp_path):
+    def single(r: dict[str, Any]) -> None:
+        r["instances"]["store"]["params"]["cta_group"] = 1
+    with pytest.raises(CheckError) as e:
+        _pair(tmp_path, edit_recipe=single)
+    text = e.value.render()
+    assert "cta_group" in text and "'mma.acc'" in text and "'store.acc'" in text
+
+
+def test_clustered_grid_is_whole_clusters():
+    from pipelink.runtime.spec import LaunchSpec
+    meta = {"launch": {"persistent": True}, "params": {"fields": []}, "cluster": [2, 1, 1]}
+    assert LaunchSpec.from_meta(meta).grid_for({}, 133) == [132]
+    meta["launch"] = {"grid": [5]}
+    assert LaunchSpec.from_meta(meta).grid_for({}, 132) == [6]
 
 
 def test_unchanged_copy_is_not_edited_in_place():

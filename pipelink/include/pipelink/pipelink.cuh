@@ -8,6 +8,7 @@
 
 #include "pipelink/types.cuh"
 #include "pipelink/smem.cuh"
+#include "pipelink/cluster.cuh"
 #include "pipelink/mbarrier.cuh"
 #include "pipelink/named_barrier.cuh"
 #include "pipelink/pipeline.cuh"

@@ -25,7 +25,9 @@ namespace pl::tcgen05 {
 
 constexpr uint32_t kM = 64;                    // the half-rate cta_group::1 MMA's rows
 constexpr uint32_t kFullM = 128;               // the full-rate cta_group::1 MMA: row r -> lane r
-constexpr uint32_t kFullMinN = 16;             // M = 128: N is 16..256 in steps of 16
+constexpr uint32_t kFullMinN = 16;             // M = 128, 256: N is 16..256 in steps of 16
+constexpr uint32_t kPairM = 256;               // the CTA-pair MMA (cta_group::2): 128 rows each
+constexpr uint16_t kPairMask = 0b11;           // both CTAs of a pair, in a cluster of 2
 constexpr uint32_t kK = 16;                    // K per MMA for 16-bit inputs
 constexpr uint32_t kMinN = 8;                  // M = 64: N is 8..256 in steps of 8
 constexpr uint32_t kMaxN = 256;
@@ -111,9 +113,10 @@ constexpr uint32_t kIdescKMajor = 0;
 // bf16 x bf16 -> f32, both operands K-major, dense, an (M x N) D.
 template <uint32_t M, uint32_t N>
 constexpr uint32_t idesc_bf16_f32() {
-  static_assert(M == kM || M == kFullM, "cta_group::1 MMAs are M = 64 or M = 128");
-  static_assert(N % (M == kFullM ? kFullMinN : kMinN) == 0 &&
-                    N >= (M == kFullM ? kFullMinN : kMinN) && N <= kMaxN,
+  static_assert(M == kM || M == kFullM || M == kPairM,
+                "MMAs are M = 64 or 128 (cta_group::1) or M = 256 (cta_group::2)");
+  static_assert(N % (M == kM ? kMinN : kFullMinN) == 0 &&
+                    N >= (M == kM ? kMinN : kFullMinN) && N <= kMaxN,
                 "an M = 64 MMA is 8..256 columns wide in steps of 8, an M = 128 one 16..256 "
                 "in steps of 16: change tile_n");
   return (kIdescF32 << kIdescDTypeShift) | (kIdescBF16 << kIdescATypeShift) |
@@ -133,6 +136,27 @@ __device__ __forceinline__ void mma_ss(uint32_t d_tmem, uint64_t a, uint64_t b, 
       "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
       " tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n"
       :: "r"(d_tmem), "l"(a), "l"(b), "r"(idesc), "r"(accumulate) : "memory");
+}
+
+// The CTA-pair MMA (cta_group::2, issued by the pair's leader only): D rows [0, M/2)
+// in the leader's Tensor Memory, [M/2, M) in the peer's at the same address; A's rows
+// likewise from each CTA's shared memory at the same offset, and B's N rows half from
+// each. The descriptors are the leader's; the hardware reads the peer's copy.
+__device__ __forceinline__ void mma_ss_pair(uint32_t d_tmem, uint64_t a, uint64_t b,
+                                            uint32_t idesc, uint32_t accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
+      " tcgen05.mma.cta_group::2.kind::f16 [%0], %1, %2, %3, p;\n}\n"
+      :: "r"(d_tmem), "l"(a), "l"(b), "r"(idesc), "r"(accumulate) : "memory");
+}
+
+// One arrival on the mbarrier at `mbar_offset` in every CTA of `cta_mask` (the pair:
+// 0b11) once the pair's tcgen05 operations issued so far have completed.
+__device__ __forceinline__ void commit_pair(uint32_t mbar_offset, uint16_t cta_mask) {
+  asm volatile(
+      "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64"
+      " [%0], %1;"
+      :: "r"(smem_addr(mbar_offset)), "h"(cta_mask) : "memory");
 }
 
 // One arrival on the mbarrier at `mbar_offset` once every tcgen05 operation this

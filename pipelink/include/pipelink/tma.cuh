@@ -33,6 +33,28 @@ __device__ __forceinline__ void load_3d(uint32_t dst_offset, const void* map,
          "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 
+// The CTA-pair forms (sm_100a, a 2-CTA MMA's operands): each CTA of the pair loads its
+// own part into its own shared memory, and the bytes complete on the mbarrier at
+// `mbar_addr`, a shared::cluster address (the pair's leader's barrier, see
+// pl::cluster::peer_addr), which alone expects both CTAs' bytes.
+__device__ __forceinline__ void load_2d_pair(uint32_t dst_offset, const void* map,
+                                             uint32_t mbar_addr, int32_t c0, int32_t c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.cta_group::2.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];"
+      :: "r"(smem_addr(dst_offset)), "l"(map), "r"(mbar_addr), "r"(c0), "r"(c1) : "memory");
+}
+
+__device__ __forceinline__ void load_3d_pair(uint32_t dst_offset, const void* map,
+                                             uint32_t mbar_addr, int32_t c0, int32_t c1,
+                                             int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.cta_group::2.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];"
+      :: "r"(smem_addr(dst_offset)), "l"(map), "r"(mbar_addr), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 // 2-D tile store from shared memory; out-of-bounds rows/columns are clipped.
 __device__ __forceinline__ void store_2d(const void* map, uint32_t src_offset,
                                          int32_t c0, int32_t c1) {

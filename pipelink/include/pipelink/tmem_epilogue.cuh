@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "pipelink/cluster.cuh"
 #include "pipelink/epilogue.cuh"
 #include "pipelink/pipeline.cuh"
 #include "pipelink/splitk.cuh"
@@ -17,9 +18,12 @@
 namespace pl::epi {
 
 constexpr uint32_t kTmemLoadColumns = 64;   // one tcgen05.ld.32x32b.x64
+constexpr uint32_t kPairLeader = 0;         // cluster rank of a CTA pair's MMA issuer
 
+// CTA_GROUP 2: the buffers are a CTA pair's (a cta_group::2 MMA); the pair's leader
+// reuses one once the readers of both CTAs have released it on the leader's barrier.
 template <uint32_t TILE_M, uint32_t TILE_N, uint32_t CHUNK_N, uint32_t BUFFERS,
-          uint32_t STAGING_BYTES>
+          uint32_t STAGING_BYTES, uint32_t CTA_GROUP = 1>
 struct TmemTile {
   static constexpr uint32_t kThreads = TILE_M;               // one accumulator row each
   static constexpr uint32_t kChunks = TILE_N / CHUNK_N;
@@ -30,6 +34,7 @@ struct TmemTile {
                 "one warpgroup reads the 128 lanes of an M = 128 accumulator: tile_m is 128");
   static_assert(CHUNK_N % kTmemLoadColumns == 0 && TILE_N % CHUNK_N == 0,
                 "chunks are whole 64-column loads and tile the accumulator");
+  static_assert(CTA_GROUP == 1 || CTA_GROUP == 2, "cta_group is 1 or 2");
   static_assert(kChunks % BUFFERS == 0,
                 "staging buffers rotate per chunk across tiles: make the chunks per tile a "
                 "multiple of buffers");
@@ -42,6 +47,16 @@ struct TmemTile {
   uint32_t warp;          // in the (warpgroup-aligned) role: its TMEM sub-partition
   uint32_t barrier;       // the role's named barrier
   uint32_t staging;       // shared-memory offset of the BUFFERS staging tiles
+
+  // Hands the buffer back to the MMA warp (the pair leader's, for a CTA pair's).
+  __device__ __forceinline__ void release() const {
+    tcgen05::fence_before_thread_sync();
+    if constexpr (CTA_GROUP == 1) {
+      consumer_release(port, state);
+    } else {
+      cluster::arrive_peer(empty_barrier(port, state), kPairLeader);
+    }
+  }
 
   // The usual `store`: the issuing thread stores chunk c of the tile whose top-left
   // element is Y[row][col] with a TMA store of STEP columns per chunk.
@@ -89,10 +104,7 @@ struct TmemTile {
     for (uint32_t c = 0; c < kChunks; ++c) {
       float v[CHUNK_N];
       load(taddr, c, empty, v);
-      if (c + 1 == kChunks) {   // the buffer is in registers: the MMA warp may reuse it
-        tcgen05::fence_before_thread_sync();
-        consumer_release(port, state);
-      }
+      if (c + 1 == kChunks) release();   // the buffer is in registers: reusable
       if (!pieces.stores()) {
         pieces.store(c, v);
         continue;
