@@ -517,6 +517,11 @@ def _check_tmem_buffers(bound: dict[str, BoundContract], problems: _Problems) ->
                                                 f"{b.contract.path}")
 
 
+def component_cluster(b: BoundContract) -> tuple[int, ...]:
+    """The cluster shape a component states, its params bound."""
+    return tuple(b.eval(c, f"cluster[{i}]") for i, c in enumerate(b.contract.data["cluster"]))
+
+
 def tmem_cta_group(bound: dict[str, BoundContract]) -> int:
     """The CTA group the kernel's Tensor Memory is allocated for: 2 when any allocation
     is a CTA pair's (checked to agree by _check_cta_pairs), else 1."""
@@ -533,7 +538,7 @@ def _check_cta_pairs(recipe: Recipe, bound: dict[str, BoundContract],
     allocates Tensor Memory for one group."""
     launch = recipe.launch.get("cluster")
     for inst, b in bound.items():
-        wanted = b.contract.data.get("cluster")
+        wanted = component_cluster(b) if "cluster" in b.contract.data else None
         if wanted and launch is None and any(c != 1 for c in wanted):
             problems.add(f"instances.{inst}",
                          f"{inst} ({b.name}) runs in a cluster of {list(wanted)} CTAs, but "
@@ -606,7 +611,7 @@ def _check_fixed_barriers(bound: dict[str, BoundContract], problems: _Problems) 
 
 def _check_clusters(recipe: Recipe, bound: dict[str, BoundContract],
                     problems: _Problems) -> None:
-    shapes = {name: tuple(b.contract.data["cluster"]) for name, b in bound.items()
+    shapes = {name: component_cluster(b) for name, b in bound.items()
               if "cluster" in b.contract.data}
     wanted = recipe.launch.get("cluster")
     if wanted is not None:

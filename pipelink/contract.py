@@ -506,7 +506,7 @@ def _expressions(c: Contract):
         yield f"roles.{r.name}.registers", r.registers
     for p in c.ports.values():
         for k in ("count", "stages", "arrivals", "consumer_arrivals", "tx_bytes", "slots",
-                  "readers"):
+                  "readers", "cta_group"):
             if k in p.spec:
                 yield f"ports.{p.name}.{k}", p.spec[k]
         for i, v in enumerate(p.spec.get("shape", [])):
@@ -522,6 +522,8 @@ def _expressions(c: Contract):
         yield f"counters.{name}", count
     for name, size in c.section("scratch").items():
         yield f"scratch.{name}", size
+    for i, v in enumerate(c.data.get("cluster", [])):
+        yield f"cluster[{i}]", v
 
 
 def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
@@ -536,7 +538,7 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 # may read params but no tunable.
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
                            r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]|counters\.\w+"
-                           r"|scratch\.\w+"
+                           r"|scratch\.\w+|cluster\[\d\]|tmem\.\w+\.cta_group"
                            r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers"
                            r"|shape\[\d+\])")
 
@@ -546,6 +548,8 @@ _RANGES = (
     (r"roles\.\w+\.registers", 0, 255, "a thread holds at most 255 registers"),
     (r"named_barriers\.\w+\.threads", 32, 1024, "bar.sync counts whole warps, at most 1024"),
     (r"tmem\.\w+\.columns", 0, 512, "Tensor Memory has 512 columns"),
+    (r"(tmem\.\w+|ports\.\w+)\.cta_group", 1, 2, "an MMA runs on one CTA or a CTA pair"),
+    (r"cluster\[\d\]", 1, 16, "a cluster holds 1..16 CTAs per dimension"),
     (r"mbarriers\.\w+\.arrivals", 1, None, "an mbarrier expects at least one arrival"),
     (r"ports\.\w+\.(count|stages|arrivals|consumer_arrivals|slots|readers|shape\[\d+\])",
      1, None, "a port has at least one of each"),

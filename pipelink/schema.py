@@ -168,9 +168,9 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "counters": _map(EXPR, "uint32 counters in the global workspace, zeroed before every "
                            "launch (a dynamic scheduler's tile counter); the placement gives "
                            "each one's byte offset"),
-    "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                "minItems": 3, "maxItems": 3,
-                "description": "the thread-block cluster shape [x, y, z] the component needs"},
+    "cluster": {"type": "array", "items": EXPR, "minItems": 3, "maxItems": 3,
+                "description": "the thread-block cluster shape [x, y, z] the component needs "
+                               "(expressions over params, e.g. [cta_group, 1, 1])"},
     "ports": _map(PORT, "what this component consumes and produces"),
     "args": {"type": "array", "items": ARG, "description": "runtime arguments"},
 }, ["component", "arch"])

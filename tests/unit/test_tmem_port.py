@@ -22,7 +22,7 @@ from pipelink.recipe import load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = "sm_100a"
 COMPONENTS = ("splitk_scheduler", "tma_loader", "umma_mainloop", "tmem_store_epilogue")
-PAIR_COMPONENTS = ("tile_scheduler", "tma_pair_loader", "umma_pair_mainloop",
+PAIR_COMPONENTS = ("tile_scheduler", "tma_pair_loader", "umma_mainloop",
                    "tmem_store_epilogue")
 
 
@@ -159,7 +159,7 @@ def test_cta_pair_mma_without_a_cluster_of_two_is_refused(tmp_path):
     assert "mma.acc is a CTA pair's Tensor Memory (a 2-CTA MMA)" in text
     assert "needs a cluster of 2 CTAs" in text and "cluster: [2, 1, 1]" in text
     # ... and the components that state their cluster say so by name.
-    assert "mma (umma_pair_mainloop) runs in a cluster of [2, 1, 1]" in text
+    assert "mma (umma_mainloop) runs in a cluster of [2, 1, 1]" in text
 
 
 def test_cta_pair_mma_in_a_cluster_of_four_is_refused(tmp_path):
