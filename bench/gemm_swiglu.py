@@ -127,6 +127,8 @@ def bench_shape(ops: dict, baselines: dict, m: int, n: int, k: int, runs: int,  
     gemm_fns = {"linked": lambda: inputs.call(ops[("gemm", "linked")], "gemm"),
                 "mono": lambda: inputs.call(ops[("gemm", "mono")], "gemm"),
                 "cublas": cublas}
+    if ("gemm_multicast", "linked") in ops:   # CTA pairs sharing B by TMA multicast
+        gemm_fns["multicast"] = lambda: inputs.call(ops[("gemm_multicast", "linked")], "gemm")
     swiglu_fns = {"linked": lambda: inputs.call(ops[("gemm_swiglu", "linked")], "gemm_swiglu"),
                   "mono": lambda: inputs.call(ops[("gemm_swiglu", "mono")], "gemm_swiglu"),
                   **{name: swiglu_by(name) for name in SWIGLU_BASELINES}}
@@ -179,6 +181,8 @@ def run(build: Path, quick: bool, rounds: int,
     ops = {(r, mode): pipelink.load(build / folder / r)
            for r in ("gemm", "gemm_swiglu") for mode, folder in (("linked", "sm_90a"),
                                                                   ("mono", "mono"))}
+    if (build / "sm_90a" / "gemm_multicast").is_dir():
+        ops[("gemm_multicast", "linked")] = pipelink.load(build / "sm_90a" / "gemm_multicast")
     baselines = swiglu_baselines()
     rows = []
     for k, n in (SHAPES[:1] if quick else SHAPES):
@@ -210,6 +214,19 @@ def strongest(times: dict[str, float]) -> float:
 
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def multicast_line(rows: list[dict]) -> list[str]:
+    """gemm_multicast (CTA pairs sharing B by TMA multicast) against gemm, where measured."""
+    pairs = [(r["M"], r["gemm"]["linked"] / r["gemm"]["multicast"]) for r in rows
+             if "multicast" in r["gemm"]]
+    if not pairs:
+        return []
+    big = [x for m, x in pairs if m >= 2048]
+    return [f"- gemm_multicast (clusters of 2, B multicast) vs gemm, events: geometric mean "
+            f"{geomean([x for _, x in pairs]):.3f}x over all shapes"
+            + (f", {geomean(big):.3f}x over M >= 2048" if big else "")
+            + f"; range {min(x for _, x in pairs):.3f}x to {max(x for _, x in pairs):.3f}x"]
 
 
 def report(path: Path) -> None:
@@ -245,6 +262,7 @@ def report(path: Path) -> None:
              + (f", {geomean(flushed_x):.3f}x do_bench" if flushed_x else "")
              + f" (target >= 1.15x: {verdict(geomean(swiglu_x) >= 1.15)}); slowest shape "
              f"{min(swiglu_x):.3f}x (target >= 1.0x: {verdict(min(swiglu_x) >= 1.0)})",
+             *multicast_line(rows),
              f"- |linked/mono - 1|: median {statistics.median(lm) * 100:.2f}%, max "
              f"{max(lm) * 100:.2f}% (the SASS of the two is identical; see the linked vs "
              "monolithic section for the noise floor)", "",

@@ -15,7 +15,8 @@ import sys
 INTERLEAVE = 8  # gate/up rows alternate in blocks of 8 (components/swiglu_epilogue)
 
 # recipe -> what it computes
-REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm", "gemm_swiglu": "swiglu",
+REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm",
+             "gemm_multicast": "gemm", "gemm_swiglu": "swiglu",
              "gemm_swiglu_cute": "swiglu", "gemm_bias_gelu": "bias_gelu"}
 
 

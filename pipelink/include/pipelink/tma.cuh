@@ -33,6 +33,18 @@ __device__ __forceinline__ void load_3d(uint32_t dst_offset, const void* map,
          "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 
+// 2-D tile load multicast to every CTA of `cta_mask` in the cluster: the tile lands at
+// `dst_offset` in each, and its bytes complete on each one's mbarrier at `mbar_offset`.
+__device__ __forceinline__ void load_2d_multicast(uint32_t dst_offset, const void* map,
+                                                  uint32_t mbar_offset, int32_t c0, int32_t c1,
+                                                  uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+      :: "r"(smem_addr(dst_offset)), "l"(map), "r"(smem_addr(mbar_offset)), "r"(c0), "r"(c1),
+         "h"(cta_mask) : "memory");
+}
+
 // The CTA-pair forms (sm_100a, a 2-CTA MMA's operands): each CTA of the pair loads its
 // own part into its own shared memory, and the bytes complete on the mbarrier at
 // `mbar_addr`, a shared::cluster address (the pair's leader's barrier, see

@@ -1,0 +1,81 @@
+// tma_multicast_loader: one producer warp per CTA of a pair. A is this CTA's own; each
+// CTA loads half of the shared B tile and multicasts it into both CTAs' stage, so a B
+// stage is only reused once both CTAs' consumers have released it (peer_free relays
+// that from one producer to the other).
+#include <type_traits>
+
+#include "pl_tma_multicast_loader.h"
+
+using Params = pl_params_tma_multicast_loader;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kHalfN = kTileN / 2;                  // the B rows this CTA loads
+constexpr uint32_t kTileK = Params::tile_k;
+constexpr uint32_t kRowBytes = kTileK * sizeof(Element);
+constexpr uint32_t kTileBytesA = kTileM * kRowBytes;
+constexpr uint32_t kTileBytesB = kTileN * kRowBytes;     // both halves land in every CTA
+constexpr uint32_t kHalfBytesB = kHalfN * kRowBytes;     // where the second half starts
+constexpr uint32_t kSwizzleBytes = 128;                  // the tensor maps' SWIZZLE_128B
+constexpr uint32_t kSwizzleAtomBytes = 1024;             // 8 swizzled rows
+constexpr uint32_t kMaxBoxRows = 256;                    // TMA box limit per dimension
+constexpr uint16_t kPair = 0b11;                         // both CTAs of the cluster
+
+static_assert(kRowBytes == kSwizzleBytes,
+              "a 128-byte-swizzled K-major row holds 128 bytes: set tile_k = 128 / sizeof(dtype)");
+static_assert(kTileM <= kMaxBoxRows && kHalfN <= kMaxBoxRows,
+              "a TMA box spans at most 256 rows: lower tile_m or tile_n");
+static_assert(kHalfBytesB % kSwizzleAtomBytes == 0,
+              "each half of B must start on a swizzle atom: make tile_n a multiple of 16");
+
+// Producer's perspective, once: pull both descriptors into the cache early.
+extern "C" __device__ void pl_tma_multicast_loader_producer_init(
+    const pl_place_tma_multicast_loader&, const pl_args_tma_multicast_loader& args,
+    const pl::KernelInfo&, pl_state_tma_multicast_loader_producer&) {
+  if (!pl::elect_one_in_warp()) return;
+  pl::tma::prefetch_descriptor(args.tma_a);
+  pl::tma::prefetch_descriptor(args.tma_b);
+}
+
+// B stage s, pass n: this CTA's consumers are done with pass n - 1 (its empty
+// barrier); say so to the peer (relay n completes the peer's peer_free phase n), then
+// wait for the peer's relay n: its copy of the stage is free for this CTA's half.
+__device__ __forceinline__ void acquire_both(const pl_place_tma_multicast_loader& at,
+                                             const pl::PipeState& s, uint32_t peer) {
+  pl::producer_acquire(at.port.b, s);
+  const uint32_t peer_free = at.mbar.peer_free + s.stage * pl::mbar::kBytes;
+  if (pl::elect_one_sync()) pl::cluster::arrive_peer(peer_free, peer);
+  __syncwarp();
+  pl::mbar::wait(peer_free, s.phase);
+}
+
+// Producer's perspective, per tile: this CTA's rows of A, and its half of B into both
+// CTAs, k-tile by k-tile.
+extern "C" __device__ void pl_tma_multicast_loader_producer(
+    const pl_place_tma_multicast_loader& at, const pl_args_tma_multicast_loader& args,
+    const pl::KernelInfo&, const pl::WorkTile& tile, pl_state_tma_multicast_loader_producer& st) {
+  const uint32_t rank = pl::cluster::rank();
+  const int32_t row_a = tile.m_block * int32_t(kTileM);
+  const int32_t row_b = tile.n_block * int32_t(kTileN) + int32_t(rank * kHalfN);
+  for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
+    const int32_t col = k * int32_t(kTileK);
+    pl::producer_acquire(at.port.a, st.a);
+    if (pl::elect_one_sync()) {
+      pl::producer_expect(at.port.a, st.a, kTileBytesA);
+      pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,
+                       pl::full_barrier(at.port.a, st.a), col, row_a);
+    }
+    __syncwarp();
+    acquire_both(at, st.b, rank ^ 1);
+    if (pl::elect_one_sync()) {
+      pl::producer_expect(at.port.b, st.b, kTileBytesB);
+      pl::tma::load_2d_multicast(pl::stage_offset(at.port.b, st.b) + rank * kHalfBytesB,
+                                 args.tma_b, pl::full_barrier(at.port.b, st.b), col, row_b,
+                                 kPair);
+    }
+    __syncwarp();
+    st.a.advance(at.port.a);
+    st.b.advance(at.port.b);
+  }
+}
