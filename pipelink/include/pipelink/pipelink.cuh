@@ -21,3 +21,4 @@
 #include "pipelink/wgmma.cuh"
 #include "pipelink/tcgen05.cuh"
 #include "pipelink/epilogue.cuh"
+#include "pipelink/tmem_epilogue.cuh"
