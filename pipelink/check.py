@@ -349,6 +349,12 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
         _mismatch(problems, conn.key, pair, {"shape": differs["shape"]},
                   "no transfer reshapes a tile: make the tile shapes equal")
         return None
+    casts = (_field(sb, src, "multicast") or 1, _field(db, dst, "multicast") or 1)
+    if casts[0] != casts[1]:
+        _mismatch(problems, conn.key, pair, {"multicast": casts},
+                  "a stage filled by a multicast is released in every CTA it reached: the "
+                  "producer and the reader must say the same multicast")
+        return None
     if not differs:
         stage_problem = _stages(sb, src, db, dst)
         if stage_problem:

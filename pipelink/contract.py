@@ -506,7 +506,7 @@ def _expressions(c: Contract):
         yield f"roles.{r.name}.registers", r.registers
     for p in c.ports.values():
         for k in ("count", "stages", "arrivals", "consumer_arrivals", "tx_bytes", "slots",
-                  "readers", "cta_group"):
+                  "readers", "cta_group", "multicast"):
             if k in p.spec:
                 yield f"ports.{p.name}.{k}", p.spec[k]
         for i, v in enumerate(p.spec.get("shape", [])):
@@ -539,7 +539,7 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
                            r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]|counters\.\w+"
                            r"|scratch\.\w+|cluster\[\d\]|tmem\.\w+\.cta_group"
-                           r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers"
+                           r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers|multicast"
                            r"|shape\[\d+\])")
 
 # (key pattern, least value, greatest value or None, why) of every expression's range.
@@ -549,6 +549,7 @@ _RANGES = (
     (r"named_barriers\.\w+\.threads", 32, 1024, "bar.sync counts whole warps, at most 1024"),
     (r"tmem\.\w+\.columns", 0, 512, "Tensor Memory has 512 columns"),
     (r"(tmem\.\w+|ports\.\w+)\.cta_group", 1, 2, "an MMA runs on one CTA or a CTA pair"),
+    (r"ports\.\w+\.multicast", 1, 16, "a multicast reaches 1..16 CTAs of a cluster"),
     (r"cluster\[\d\]", 1, 16, "a cluster holds 1..16 CTAs per dimension"),
     (r"mbarriers\.\w+\.arrivals", 1, None, "an mbarrier expects at least one arrival"),
     (r"ports\.\w+\.(count|stages|arrivals|consumer_arrivals|slots|readers|shape\[\d+\])",

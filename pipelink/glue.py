@@ -482,9 +482,11 @@ class _Glue:
                 arrivals = b.eval(port.spec["arrivals"], f"ports.{port.name}.arrivals",
                                   self.tunables(inst))
                 port_bars[f"{inst}.{port.spec['full']}"] = (f"{inst}.{port.name} full", arrivals)
-                # A CTA pair's buffers are released by the readers of both CTAs.
-                pair = b.eval(port.spec.get("cta_group", 1), f"ports.{port.name}.cta_group",
-                              self.tunables(inst)) if port.kind == "tmem" else 1
+                # A CTA pair's buffers, and a multicast ring's stages, are released by the
+                # readers of every CTA involved.
+                field = "cta_group" if port.kind == "tmem" else "multicast"
+                pair = b.eval(port.spec.get(field, 1), f"ports.{port.name}.{field}",
+                              self.tunables(inst))
                 port_bars[f"{inst}.{port.spec['empty']}"] = (
                     f"{inst}.{port.name} empty", pair * self.consumer_arrivals(inst, port.name))
         for inst, b in self.k.bound.items():

@@ -83,6 +83,9 @@ PORT = _obj({
     "consumer_arrivals": {**EXPR, "description": "out: arrivals on empty this producer "
                                                  "expects from all consumers together"},
     "tx_bytes": {**EXPR, "description": "bytes a TMA lands per stage (expect_tx)"},
+    "multicast": {**EXPR, "description": "smem_pipeline: the CTAs of the cluster that fill each "
+                                         "stage together by TMA multicast (default 1); the "
+                                         "readers of each release it in all; both ends agree"},
     "cta_group": {**EXPR, "description": "tmem: 2 when the buffers are a CTA pair's (a "
                                          "cta_group::2 MMA): the readers of both CTAs "
                                          "release the leader's buffer; both ends agree"},

@@ -19,6 +19,9 @@
 #endif
 
 using Params = pl_params_cute_mainloop;
+
+static_assert(Params::multicast_b == 1 || Params::multicast_b == 2,
+              "B is read by one CTA or multicast across a CTA pair: set multicast_b to 1 or 2");
 using Element = Params::dtype;
 using MmaElement = cutlass::bfloat16_t;   // CuTe's spelling of the same 16-bit bf16
 
@@ -78,7 +81,7 @@ __device__ __forceinline__ void release(const pl_place_cute_mainloop& at, bool r
                                         pl::PipeState& a, pl::PipeState& b) {
   if (releaser) {
     pl::consumer_release(at.port.a, a);
-    pl::consumer_release(at.port.b, b);
+    pl::consumer_release_all<Params::multicast_b>(at.port.b, b);
   }
   a.advance(at.port.a);
   b.advance(at.port.b);

@@ -1,7 +1,7 @@
 // tma_multicast_loader: one producer warp per CTA of a pair. A is this CTA's own; each
-// CTA loads half of the shared B tile and multicasts it into both CTAs' stage, so a B
-// stage is only reused once both CTAs' consumers have released it (peer_free relays
-// that from one producer to the other).
+// CTA loads half of the shared B tile and multicasts it into both CTAs' stage. A B
+// stage's empty barrier completes only once the consumers of both CTAs have released
+// it (the b port's multicast: 2), so waiting on it is enough before refilling.
 #include <type_traits>
 
 #include "pl_tma_multicast_loader.h"
@@ -38,18 +38,6 @@ extern "C" __device__ void pl_tma_multicast_loader_producer_init(
   pl::tma::prefetch_descriptor(args.tma_b);
 }
 
-// B stage s, pass n: this CTA's consumers are done with pass n - 1 (its empty
-// barrier); say so to the peer (relay n completes the peer's peer_free phase n), then
-// wait for the peer's relay n: its copy of the stage is free for this CTA's half.
-__device__ __forceinline__ void acquire_both(const pl_place_tma_multicast_loader& at,
-                                             const pl::PipeState& s, uint32_t peer) {
-  pl::producer_acquire(at.port.b, s);
-  const uint32_t peer_free = at.mbar.peer_free + s.stage * pl::mbar::kBytes;
-  if (pl::elect_one_sync()) pl::cluster::arrive_peer(peer_free, peer);
-  __syncwarp();
-  pl::mbar::wait(peer_free, s.phase);
-}
-
 // Producer's perspective, per tile: this CTA's rows of A, and its half of B into both
 // CTAs, k-tile by k-tile.
 extern "C" __device__ void pl_tma_multicast_loader_producer(
@@ -67,7 +55,7 @@ extern "C" __device__ void pl_tma_multicast_loader_producer(
                        pl::full_barrier(at.port.a, st.a), col, row_a);
     }
     __syncwarp();
-    acquire_both(at, st.b, rank ^ 1);
+    pl::producer_acquire(at.port.b, st.b);
     if (pl::elect_one_sync()) {
       pl::producer_expect(at.port.b, st.b, kTileBytesB);
       pl::tma::load_2d_multicast(pl::stage_offset(at.port.b, st.b) + rank * kHalfBytesB,

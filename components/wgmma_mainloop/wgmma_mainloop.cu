@@ -11,6 +11,9 @@
 #endif
 
 using Params = pl_params_wgmma_mainloop;
+
+static_assert(Params::multicast_b == 1 || Params::multicast_b == 2,
+              "B is read by one CTA or multicast across a CTA pair: set multicast_b to 1 or 2");
 using Element = Params::dtype;
 
 constexpr uint32_t kTileM = Params::tile_m;
@@ -41,7 +44,7 @@ __device__ __forceinline__ void release(const pl_place_wgmma_mainloop& at, bool 
                                         pl::PipeState& a, pl::PipeState& b) {
   if (releaser) {
     pl::consumer_release(at.port.a, a);
-    pl::consumer_release(at.port.b, b);
+    pl::consumer_release_all<Params::multicast_b>(at.port.b, b);
   }
   a.advance(at.port.a);
   b.advance(at.port.b);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "pipelink/cluster.cuh"
 #include "pipelink/mbarrier.cuh"
 #include "pipelink/types.cuh"
 
@@ -82,6 +83,21 @@ __device__ __forceinline__ void consumer_wait(const Port& port, const PipeState&
 template <class Port>
 __device__ __forceinline__ void consumer_release(const Port& port, const PipeState& s) {
   mbar::arrive(empty_barrier(port, s));
+}
+
+// A stage of a ring that the MULTICAST CTAs of the cluster fill together by TMA
+// multicast (port field `multicast`): each CTA's readers release it in all of them, so
+// no producer overwrites a peer's copy that is still being read.
+template <uint32_t MULTICAST, class Port>
+__device__ __forceinline__ void consumer_release_all(const Port& port, const PipeState& s) {
+  if constexpr (MULTICAST == 1) {
+    consumer_release(port, s);
+  } else {
+#pragma unroll
+    for (uint32_t peer = 0; peer < MULTICAST; ++peer) {
+      cluster::arrive_peer(empty_barrier(port, s), peer);
+    }
+  }
 }
 
 }  // namespace pl

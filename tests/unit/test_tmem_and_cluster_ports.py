@@ -1,5 +1,7 @@
-"""The tmem port kind: accumulators handed from an MMA warp to epilogue warps through
-Tensor Memory (sm_100a). The real gemm recipe's contracts are checked without a
+"""Ports that span Tensor Memory and thread-block clusters: the tmem port kind
+(accumulators handed from an MMA warp to epilogue warps through Tensor Memory, sm_100a),
+CTA-pair MMAs (cta_group::2 in a cluster of two) and multicast rings (a stage filled by
+a TMA multicast across a CTA pair). The real recipes' contracts are checked without a
 compiler; each broken variant must be refused naming the file or instance and what to
 change."""
 
@@ -48,11 +50,11 @@ def _tree(tmp_path: Path, edit_contract: dict[str, Any] | None = None,
     return load_recipe(path), contracts
 
 
-def _check(tmp_path: Path, **edits: Any):  # noqa: ANN202
+def _check(tmp_path: Path, arch: str = ARCH, **edits: Any):  # noqa: ANN202
     recipe, contracts = _tree(tmp_path, **edits)
     bound = {inst: load_contract(contracts[i.component]).bind(i.params)
-             for inst, i in recipe.instances(ARCH).items()}
-    return check(recipe, ARCH, bound)
+             for inst, i in recipe.instances(arch).items()}
+    return check(recipe, arch, bound)
 
 
 def test_gemm_hands_the_accumulator_through_tensor_memory(tmp_path):
@@ -187,6 +189,34 @@ def test_clustered_grid_is_whole_clusters():
     assert LaunchSpec.from_meta(meta).grid_for({}, 133) == [132]
     meta["launch"] = {"grid": [5]}
     assert LaunchSpec.from_meta(meta).grid_for({}, 132) == [6]
+
+
+# -- multicast rings (sm_90a) ----------------------------------------------------------------
+
+MULTICAST_COMPONENTS = ("tile_scheduler", "tma_multicast_loader", "wgmma_mainloop",
+                        "store_epilogue")
+
+
+def _multicast(tmp_path: Path, **edits: Any):  # noqa: ANN202
+    return _check(tmp_path, arch="sm_90a", recipe="gemm_multicast",
+                  components=MULTICAST_COMPONENTS, **edits)
+
+
+def test_multicast_ring_is_released_by_both_ctas(tmp_path):
+    kernel = _multicast(tmp_path)
+    assert kernel.recipe.launch["cluster"] == [2, 1, 1]
+    b = kernel.bound["mma"].contract.ports["b"].spec
+    assert kernel.bound["mma"].eval(b["multicast"], "multicast") == 2
+
+
+def test_multicast_ring_read_by_one_cta_is_refused(tmp_path):
+    def one_cta(r: dict[str, Any]) -> None:
+        r["instances"]["mma"]["params"]["multicast_b"] = 1
+    with pytest.raises(CheckError) as e:
+        _multicast(tmp_path, edit_recipe=one_cta)
+    text = e.value.render()
+    assert "'load.b'" in text and "'mma.b'" in text and "multicast" in text
+    assert "released in every CTA it reached" in text
 
 
 def test_unchanged_copy_is_not_edited_in_place():
