@@ -1,7 +1,7 @@
 """GEMM, GEMM + SwiGLU and GEMM + bias + GELU against PyTorch in fp32 on fresh random
 bf16 inputs. Recipes that swap a component but compute the same thing (the CuTe
-mainloop's gemm_cute, gemm_swiglu_cute; the dynamic scheduler's gemm_dynamic) share their
-twin's reference.
+components' gemm_cute, gemm_swiglu_cute; the dynamic scheduler's gemm_dynamic; the CTA
+pairs of gemm_multicast) share their twin's reference.
 
 Runnable alone (for compute-sanitizer) as
 ``python -m tests.gpu.gemm_check build/gpu/sm_90a gemm_swiglu 300 1000 200``.

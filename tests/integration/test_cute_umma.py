@@ -1,14 +1,20 @@
-"""The CuTe Blackwell mainloop (cute_umma_mainloop) with real nvcc and nvJitLink, no GPU.
+"""The CuTe Blackwell components (cute_umma_mainloop, cute_tmem_store_epilogue) with real
+nvcc and nvJitLink, no GPU.
 
-cute_umma_mainloop is umma_mainloop's contract written with CuTe's SM100 MMA atoms: the
-gemm_cute recipe picks it for sm_100a (cute_mainloop for sm_90a), and since the two
-mainloops bind the same contract every other object is the one gemm links and the
-placement does not move. Linked and monolithic, the kernel issues four tcgen05 MMAs
-(UTCHMMA) per k-tile with the instruction descriptor as an immediate, no Hopper wgmma
-and no local memory; its MMA loop is set beside the hand-written one's with
-bench/sm100/reference.py's instruction_mix. With cta_group: 2 (recipes/gemm_pair.yaml
-with the mainloop swapped) it issues the CTA-pair MMA (UTCHMMA.2CTA) from CuTe's 2x1SM
-atom and multicasts its commits to both CTAs, as umma_mainloop does."""
+cute_umma_mainloop is umma_mainloop's contract written with CuTe's SM100 MMA atoms, and
+cute_tmem_store_epilogue is tmem_store_epilogue's with its Tensor Memory reads done by a
+CuTe TMEM copy (make_tmem_copy of SM100_TMEM_LOAD_32dp32b64x): the gemm_cute recipe
+picks both for sm_100a (cute_mainloop and store_epilogue for sm_90a), and since each
+binds its twin's contract every other object is the one gemm links and the placement
+does not move. Linked and monolithic, the kernel issues four tcgen05 MMAs (UTCHMMA)
+per k-tile with the instruction descriptor as an immediate, no Hopper wgmma and no
+local memory, and reads each 256-column accumulator row with four LDTM.x64, each
+waited for; its MMA loop and its epilogue's tile loop are set beside the hand-written
+ones' with bench/sm100/reference.py. The hand-written epilogues read through the same
+pipelink/tmem_epilogue.cuh walk with its default reader: gemm still reads with LDTM.x64
+only. With cta_group: 2 (recipes/gemm_pair.yaml with the mainloop swapped) it issues
+the CTA-pair MMA (UTCHMMA.2CTA) from CuTe's 2x1SM atom and multicasts its commits to
+both CTAs, as umma_mainloop does."""
 
 from __future__ import annotations
 
@@ -48,13 +54,18 @@ CUTE, HAND = "gemm_cute", "gemm"
 PAIR_CUTE, PAIR_HAND = "gemm_pair_cute", "gemm_pair"   # the first: written by the fixture
 # instance -> (sm_90a component, sm_100a component) in gemm_cute
 PER_ARCH = {"mma": ("cute_mainloop", "cute_umma_mainloop"),
-            "store": ("store_epilogue", "tmem_store_epilogue")}
+            "store": ("store_epilogue", "cute_tmem_store_epilogue")}
+# CuTe component -> the hand-written one whose contract it binds
+TWIN_OF = {"cute_umma_mainloop": "umma_mainloop",
+           "cute_tmem_store_epilogue": "tmem_store_epilogue"}
 # What a second owner of a contract may change.
 OWN_KEYS = {"component", "description", "includes"}
 TILE_M, TILE_N, TILE_K = 128, 256, 64     # the recipes' mma params
 MMA_K = 16                                # one tcgen05.mma: K = 16 (bf16)
 MMAS_PER_K_TILE = TILE_K // MMA_K
 COMMITS_PER_K_TILE = 2                    # one tcgen05.commit per operand ring
+LOAD_COLUMNS = 64                         # tcgen05.ld.32x32b.x64: 64 columns of a row
+LOADS_PER_TILE = TILE_N // LOAD_COLUMNS   # each epilogue thread reads a 256-column row
 # PTX ISA, tcgen05 "Instruction descriptor" (.kind::f16): D f32 = 1 at bit 4, A and B
 # bf16 = 1 at bits 7 and 10, K-major 0 at bits 15 and 16, N >> 3 at bit 17, M >> 4 at
 # bit 24. CuTe builds its own (UMMA::make_instr_desc); it must come out the same.
@@ -77,7 +88,7 @@ def _shared(contract: dict) -> dict:
 
 # -- recipe and contract (no compiler) -----------------------------------------------------
 
-def test_recipe_picks_a_cute_mainloop_per_arch():
+def test_recipe_picks_cute_components_per_arch():
     cute, hand = (load_recipe(ROOT / "recipes" / f"{r}.yaml") for r in (CUTE, HAND))
     assert cute.archs == hand.archs == ("sm_90a", ARCH)
     for i, arch in enumerate(cute.archs):
@@ -87,14 +98,19 @@ def test_recipe_picks_a_cute_mainloop_per_arch():
             want = PER_ARCH[inst][i] if inst in PER_ARCH else theirs[inst].component
             assert mine[inst].component == want, (arch, inst)
             assert mine[inst].params == theirs[inst].params, (arch, inst)
-        assert mine["store"].component == theirs["store"].component
+    # sm_90a keeps gemm's epilogue; sm_100a swaps it for its CuTe twin.
+    assert cute.instances("sm_90a")["store"].component == \
+           hand.instances("sm_90a")["store"].component
+    assert TWIN_OF[cute.instances(ARCH)["store"].component] == \
+           hand.instances(ARCH)["store"].component
 
 
-def test_contract_is_umma_mainloops():
-    cute, hand = _contract("cute_umma_mainloop"), _contract("umma_mainloop")
+@pytest.mark.parametrize("name", sorted(TWIN_OF))
+def test_contract_is_the_hand_written_twins(name):
+    cute, hand = _contract(name), _contract(TWIN_OF[name])
     assert _shared(cute) == _shared(hand)
     assert cute["includes"] == ["cutlass"] and "includes" not in hand
-    assert cute["component"] == "cute_umma_mainloop"
+    assert cute["component"] == name
 
 
 # -- built, linked, disassembled -----------------------------------------------------------
@@ -145,21 +161,27 @@ def _ops(linked: dict, recipe: str = CUTE, mode: str = "linked") -> list[str]:
 
 
 TWINS = [(CUTE, HAND), (PAIR_CUTE, PAIR_HAND)]
+# recipe -> instance -> (its CuTe component, the twin recipe's component), sm_100a
+SWAPPED = {CUTE: {"mma": ("cute_umma_mainloop", "umma_mainloop"),
+                  "store": ("cute_tmem_store_epilogue", "tmem_store_epilogue")},
+           PAIR_CUTE: {"mma": ("cute_umma_mainloop", "umma_mainloop")}}
+ROLES = {"mma": {"mma"}, "store": {"store", "store.tail"}}   # object symbols per instance
 
 
 @pytest.mark.parametrize("mine,theirs", TWINS)
 def test_objects_bind_the_same_contract(linked, mine, theirs):
     objects = linked["objects"]
-    cute, hand = (read_object(objects[r]["mma"]).header for r in (mine, theirs))
-    assert (cute["component"], hand["component"]) == ("cute_umma_mainloop", "umma_mainloop")
-    assert cute["arch"] == hand["arch"] == ARCH
-    assert _shared(cute["contract"]) == _shared(hand["contract"])
-    assert cute["params"] == hand["params"]
-    assert cute["symbols"].keys() == hand["symbols"].keys() == {"mma"}
+    for inst, names in SWAPPED[mine].items():
+        cute, hand = (read_object(objects[r][inst]).header for r in (mine, theirs))
+        assert (cute["component"], hand["component"]) == names
+        assert cute["arch"] == hand["arch"] == ARCH
+        assert _shared(cute["contract"]) == _shared(hand["contract"])
+        assert cute["params"] == hand["params"]
+        assert cute["symbols"].keys() == hand["symbols"].keys() == ROLES[inst]
+        assert objects[mine][inst] != objects[theirs][inst]
     # Every other instance links the very object the twin links: nothing else recompiles.
-    assert {i: p for i, p in objects[mine].items() if i != "mma"} == \
-           {i: p for i, p in objects[theirs].items() if i != "mma"}
-    assert objects[mine]["mma"] != objects[theirs]["mma"]
+    assert {i: p for i, p in objects[mine].items() if i not in SWAPPED[mine]} == \
+           {i: p for i, p in objects[theirs].items() if i not in SWAPPED[mine]}
 
 
 @pytest.mark.parametrize("mine,theirs", TWINS)
@@ -202,6 +224,39 @@ def test_no_local_memory(linked, mode):
 
 def test_linked_matches_monolithic(linked):
     assert _ops(linked, CUTE, "linked") == _ops(linked, CUTE, "mono")
+
+
+# -- the epilogue's Tensor Memory reads ----------------------------------------------------
+
+def _ldtm(ops: list[str]) -> list[str]:
+    return [op for op in ops if op.startswith("LDTM")]
+
+
+@pytest.mark.parametrize("mode", ["linked", "mono"])
+def test_cute_epilogue_reads_rows_with_ldtm_x64(linked, mode):
+    ldtm = _ldtm(_ops(linked, CUTE, mode))
+    # CuTe's SM100_TMEM_LOAD_32dp32b64x: one LDTM.x64 per 64 columns, a whole row a tile.
+    assert set(ldtm) == {"LDTM.x64"}
+    assert len(ldtm) * LOAD_COLUMNS == TILE_N
+    # CuTe's copy_unpack asserts the warp's lanes (no -DNDEBUG): the component's
+    # __builtin_assume of the same condition must have folded the __assertfail away.
+    assert not [op for op in _ops(linked, CUTE, mode) if op.startswith("CALL.ABS")]
+
+
+def test_ptx_waits_for_every_tensor_memory_load(linked):
+    """CuTe's atom issues tcgen05.ld alone; the reader's tcgen05.wait::ld must follow
+    each load before the next one (and before any use of its registers)."""
+    result = linked[(CUTE, "linked")]
+    ptx = (result.cubin.parent / f"{result.kernel.recipe.name}.ptx").read_text()
+    seq = re.findall(r"tcgen05\.(ld\.sync\.aligned\.32x32b\.x64|wait::ld)", ptx)
+    assert seq == ["ld.sync.aligned.32x32b.x64", "wait::ld"] * LOADS_PER_TILE
+
+
+@pytest.mark.parametrize("recipe", [HAND, PAIR_HAND, PAIR_CUTE])
+def test_hand_written_epilogue_still_reads_with_ldtm_x64(linked, recipe):
+    # tmem_store_epilogue through TmemTile's default reader (pipelink/tmem_epilogue.cuh).
+    ldtm = _ldtm(_ops(linked, recipe))
+    assert set(ldtm) == {"LDTM.x64"} and len(ldtm) == LOADS_PER_TILE
 
 
 def test_pair_issues_cta_pair_mmas_and_multicast_commits(linked):
@@ -252,3 +307,31 @@ def test_mma_loop_costs_about_what_the_hand_written_one_does(linked, record_prop
     # Not equal (CuTe rebuilds the uniform idesc operand per MMA, the hand-written loop
     # branches around one elect.sync), but of the same size.
     assert cute["instructions"] <= 1.1 * hand["instructions"], (cute, hand)
+
+
+def _tile_loop(cubin: Path) -> dict[str, int]:
+    """Classes in the epilogue's tile loop: the innermost loops issuing tcgen05.ld (a
+    static count over the loop's code, its split-K and empty-tile paths included)."""
+    sys.path.insert(0, str(ROOT / "bench" / "sm100"))
+    try:
+        from reference import loops_issuing, parse_sass
+    finally:
+        sys.path.remove(str(ROOT / "bench" / "sm100"))
+    loops = loops_issuing(parse_sass(sass(cubin)), "tmem_load")
+    assert len(loops) == 1, loops   # one epilogue warpgroup, one tile loop
+    classes = loops[0]["classes"]
+    return {"instructions": sum(classes.values()), **classes}
+
+
+def test_epilogue_tile_costs_about_what_the_hand_written_one_does(linked, record_property):
+    cute = _tile_loop(linked[(CUTE, "linked")].cubin)
+    hand = _tile_loop(linked[(HAND, "linked")].cubin)
+    record_property("epilogue_tile_loop_instructions",
+                    {"cute_tmem_store_epilogue": cute["instructions"],
+                     "tmem_store_epilogue": hand["instructions"]})
+    print(f"epilogue tile-loop instructions: cute_tmem_store_epilogue {cute['instructions']}, "
+          f"tmem_store_epilogue {hand['instructions']}")
+    for loop in (cute, hand):
+        assert loop["tmem_load"] == LOADS_PER_TILE
+        assert loop.get("local_load", 0) == loop.get("local_store", 0) == 0
+    assert cute["instructions"] <= 1.05 * hand["instructions"], (cute, hand)

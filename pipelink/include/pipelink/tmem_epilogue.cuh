@@ -5,6 +5,8 @@
 // stages it for a TMA store. Split tiles meet through the workspace chunk by chunk
 // (pipelink/splitk.cuh). What differs between epilogues is only that math: the store,
 // SwiGLU and bias-GELU epilogues pass a `stage(buffer, row, values, chunk)` function.
+// How a chunk gets from Tensor Memory into registers is a policy too (READER below):
+// PipeLink's own tcgen05.ld unless the component passes another, e.g. a CuTe TMEM copy.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +22,50 @@ namespace pl::epi {
 constexpr uint32_t kTmemLoadColumns = 64;   // one tcgen05.ld.32x32b.x64
 constexpr uint32_t kPairLeader = 0;         // cluster rank of a CTA pair's MMA issuer
 
+// A READER of TmemTile: how one thread gets its accumulator row into registers, 64
+// columns (one kTmemLoadColumns load) at a time. Built once per tile as
+// READER{buffer, thread, warp} (buffer: the TMEM address of the accumulator buffer's
+// lane 0, column 0; thread: the row; warp: the role's warp, whose sub-partition holds
+// the row), then read(chunk, offset, v) fills v[i] with column chunk + offset + i of the
+// row (the chunk's first column and the load's offset in it, multiples of 64) and
+// returns only once the load has completed (tcgen05.wait::ld): the caller uses v, and
+// releases the buffer, right after. (Two addends, not their sum: the default keeps the
+// address arithmetic, and so the SASS, of the walk before readers were a policy.)
+//
+// TmemRows, the default: tcgen05.ld.32x32b.x64 and its wait in one statement
+// (tcgen05::load_row_x64).
+struct TmemRows {
+  uint32_t taddr;   // lane 32 (warp % 4) of the buffer: thread t of the warp reads lane + t
+
+  __device__ __forceinline__ TmemRows(uint32_t buffer, uint32_t /*thread*/, uint32_t warp)
+      : taddr(tcgen05::subpartition_lanes(buffer, warp)) {}
+
+  __device__ __forceinline__ void operator()(uint32_t chunk, uint32_t offset,
+                                             float (&v)[kTmemLoadColumns]) const {
+    tcgen05::load_row_x64(taddr + chunk + offset, v);
+  }
+};
+
+// For a READER whose loads do not wait (CuTe's SM100_TMEM_LOAD atoms issue the bare
+// tcgen05.ld): tcgen05.wait::ld, then every loaded register passed through an empty
+// statement that claims to rewrite it. Volatile statements keep their order, so no use
+// of v can be scheduled before the wait (a plain wait orders memory, not registers).
+template <uint32_t N>
+__device__ __forceinline__ void wait_loaded(float (&v)[N]) {
+  static_assert(N % 8 == 0, "wait for whole groups of 8 registers");
+  asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (uint32_t i = 0; i < N; i += 8) {
+    asm volatile("" : "+f"(v[i + 0]), "+f"(v[i + 1]), "+f"(v[i + 2]), "+f"(v[i + 3]),
+                      "+f"(v[i + 4]), "+f"(v[i + 5]), "+f"(v[i + 6]), "+f"(v[i + 7]));
+  }
+}
+
 // CTA_GROUP 2: the buffers are a CTA pair's (a cta_group::2 MMA); the pair's leader
 // reuses one once the readers of both CTAs have released it on the leader's barrier.
+// READER: how the chunks reach registers (above; TmemRows unless the component says).
 template <uint32_t TILE_M, uint32_t TILE_N, uint32_t CHUNK_N, uint32_t BUFFERS,
-          uint32_t STAGING_BYTES, uint32_t CTA_GROUP = 1>
+          uint32_t STAGING_BYTES, uint32_t CTA_GROUP = 1, class READER = TmemRows>
 struct TmemTile {
   static constexpr uint32_t kThreads = TILE_M;               // one accumulator row each
   static constexpr uint32_t kChunks = TILE_N / CHUNK_N;
@@ -72,7 +114,7 @@ struct TmemTile {
 
   // Chunk c of this thread's row; zeros for a tile with no k-tiles, whose buffer the
   // MMA warp left untouched.
-  __device__ __forceinline__ void load(uint32_t taddr, uint32_t c, bool empty,
+  __device__ __forceinline__ void load(const READER& read, uint32_t c, bool empty,
                                        float (&v)[CHUNK_N]) const {
 #pragma unroll
     for (uint32_t l = 0; l < kLoads; ++l) {
@@ -82,7 +124,7 @@ struct TmemTile {
 #pragma unroll
         for (uint32_t i = 0; i < kTmemLoadColumns; ++i) part[i] = 0.0f;
       } else {
-        tcgen05::load_row_x64(taddr + c * CHUNK_N + l * kTmemLoadColumns, part);
+        read(c * CHUNK_N, l * kTmemLoadColumns, part);
       }
     }
   }
@@ -96,14 +138,13 @@ struct TmemTile {
     const bool empty = tile.k_tiles() == 0;
     consumer_wait(port, state);
     tcgen05::fence_after_thread_sync();
-    const uint32_t taddr =
-        tcgen05::subpartition_lanes(k.tmem_base + stage_column(port, state), warp);
+    const READER read{k.tmem_base + stage_column(port, state), thread, warp};
     const StagedStore<BUFFERS> out{barrier, kThreads, thread == 0};
     if (pieces.split() && pieces.stores()) pieces.acquire();
 #pragma unroll
     for (uint32_t c = 0; c < kChunks; ++c) {
       float v[CHUNK_N];
-      load(taddr, c, empty, v);
+      load(read, c, empty, v);
       if (c + 1 == kChunks) release();   // the buffer is in registers: reusable
       if (!pieces.stores()) {
         pieces.store(c, v);
