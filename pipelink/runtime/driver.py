@@ -61,6 +61,18 @@ def _torch_device() -> int | None:
     return torch.cuda.current_device()
 
 
+def max_active_clusters(function: Any, block: int, smem: int, cluster: int) -> int:
+    """How many clusters of `cluster` CTAs of `function` can be resident at once: a GPC
+    holds whole clusters, so this can be fewer than the SMs / cluster."""
+    drv = driver()
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
+    config.sharedMemBytes = smem
+    return int(call(drv.cuOccupancyMaxActiveClusters(function, config),
+                    "asking how many clusters fit"))
+
+
 def sm_count(device: int) -> int:
     drv = driver()
     return int(call(drv.cuDeviceGetAttribute(

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import RuntimeLaunchError
 from . import torch_ops
-from .driver import sm_count
+from .driver import max_active_clusters, sm_count
 from .kernel import DEFAULT_PTR_ALIGN, Launch, LinkedKernel
 from .spec import LaunchSpec
 from .tensors import (
@@ -69,7 +69,20 @@ class Op:
             raise RuntimeLaunchError("the recipe states no host-side launch (launch.inputs)",
                                      where=str(folder),
                                      hint="use LinkedKernel.launch with explicit arguments")
-        self._setup(sm_count(self.kernel.device))
+        self._setup(self._resident_ctas())
+
+    def _resident_ctas(self) -> int:
+        """The CTAs a persistent grid may have, all resident at once (the schedulers
+        count on it): one per SM, or, for a clustered kernel, as many whole clusters as
+        the GPCs hold together."""
+        sms = sm_count(self.kernel.device)
+        size = self.spec.cluster[0] * self.spec.cluster[1] * self.spec.cluster[2]
+        if size == 1:
+            return sms
+        meta = self.kernel.meta
+        clusters = max_active_clusters(self.kernel.function, meta["block"][0],
+                                       meta["dynamic_smem"], size)
+        return max(min(sms, clusters * size), size)
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], num_sms: int) -> Op:
