@@ -528,12 +528,16 @@ def component_cluster(b: BoundContract) -> tuple[int, ...]:
     return tuple(b.eval(c, f"cluster[{i}]") for i, c in enumerate(b.contract.data["cluster"]))
 
 
+def _tmem_groups(bound: dict[str, BoundContract]) -> dict[str, int]:
+    """The CTA group ("inst.name" -> 1 or 2) of every Tensor Memory allocation."""
+    return {f"{inst}.{name}": b.eval(spec.get("cta_group", 1), f"tmem.{name}.cta_group")
+            for inst, b in bound.items() for name, spec in b.contract.section("tmem").items()}
+
+
 def tmem_cta_group(bound: dict[str, BoundContract]) -> int:
     """The CTA group the kernel's Tensor Memory is allocated for: 2 when any allocation
     is a CTA pair's (checked to agree by _check_cta_pairs), else 1."""
-    groups = [b.eval(spec.get("cta_group", 1), f"tmem.{name}.cta_group")
-              for b in bound.values() for name, spec in b.contract.section("tmem").items()]
-    return max(groups, default=1)
+    return max(_tmem_groups(bound).values(), default=1)
 
 
 def _check_cta_pairs(recipe: Recipe, bound: dict[str, BoundContract],
@@ -550,10 +554,7 @@ def _check_cta_pairs(recipe: Recipe, bound: dict[str, BoundContract],
                          f"{inst} ({b.name}) runs in a cluster of {list(wanted)} CTAs, but "
                          "the recipe launches no cluster",
                          f"add cluster: {list(wanted)} under launch:")
-    pairs = {}
-    for inst, b in bound.items():
-        for name, spec in b.contract.section("tmem").items():
-            pairs[f"{inst}.{name}"] = b.eval(spec.get("cta_group", 1), f"tmem.{name}.cta_group")
+    pairs = _tmem_groups(bound)
     if len(set(pairs.values())) > 1:
         listing = ", ".join(f"{k} cta_group {v}" for k, v in sorted(pairs.items()))
         problems.add("instances", f"Tensor Memory is allocated once per kernel, for one CTA "

@@ -259,11 +259,8 @@ class _Glue:
             return str(self.k.workspace[f"{inst}.scratch.{name}"].slot_offset)
         port = b.contract.ports[name]
         if port.dir == "out":
-            if port.kind == "smem_pipeline":
-                return self.port_of(inst, name)
-            if port.kind == "tmem":
-                return self.tmem_port_of(inst, name)
-            return self.global_port(f"{inst}.{name}")
+            return self.port_of(inst, name) if port.kind in RING_PORTS \
+                else self.global_port(f"{inst}.{name}")
         feed = self.k.peer(inst, name)
         if feed is None:
             raise GlueError(f"input port '{inst}.{name}' has no producer")
@@ -271,29 +268,20 @@ class _Glue:
             return self.converter_port(feed)
         if feed.kind == "global":
             return self.global_port(str(feed.src))
-        if port.kind == "tmem":
-            return self.tmem_port_of(feed.src.instance, feed.src.port)
         return self.port_of(feed.src.instance, feed.src.port)
 
     def port_of(self, inst: str, port_name: str) -> str:
-        """The PipePort of a producer's out port, as a C aggregate."""
+        """The PipePort (shared-memory stages) or TmemPort (Tensor Memory columns) of a
+        producer's ring out port, as a C aggregate: {first, per stage, full, empty,
+        stages}."""
         b = self.k.bound[inst]
-        spec = b.contract.ports[port_name].spec
-        stages = b.eval(spec["stages"], f"ports.{port_name}.stages", self.tunables(inst))
-        offset, size = self.p.smem[f"{inst}.{spec['buffer']}"]
-        full = self.p.smem[f"{inst}.mbar.{spec['full']}"][0]
-        empty = self.p.smem[f"{inst}.mbar.{spec['empty']}"][0]
-        return f"{{{offset}, {size // stages}, {full}, {empty}, {stages}}}"
-
-    def tmem_port_of(self, inst: str, port_name: str) -> str:
-        """The TmemPort of a producer's tmem out port: columns from the TMEM placement."""
-        b = self.k.bound[inst]
-        spec = b.contract.ports[port_name].spec
-        stages = b.eval(spec["stages"], f"ports.{port_name}.stages", self.tunables(inst))
-        column, columns = self.p.tmem[f"{inst}.{spec['buffer']}"]
-        full = self.p.smem[f"{inst}.mbar.{spec['full']}"][0]
-        empty = self.p.smem[f"{inst}.mbar.{spec['empty']}"][0]
-        return f"{{{column}, {columns // stages}, {full}, {empty}, {stages}}}"
+        port = b.contract.ports[port_name]
+        stages = b.eval(port.spec["stages"], f"ports.{port_name}.stages", self.tunables(inst))
+        placed = self.p.tmem if port.kind == "tmem" else self.p.smem
+        first, size = placed[f"{inst}.{port.spec['buffer']}"]
+        full = self.p.smem[f"{inst}.mbar.{port.spec['full']}"][0]
+        empty = self.p.smem[f"{inst}.mbar.{port.spec['empty']}"][0]
+        return f"{{{first}, {size // stages}, {full}, {empty}, {stages}}}"
 
     def converter_port(self, t: Transfer) -> str:
         offset, size = self.p.smem[f"{t.converter}.tiles"]
@@ -426,11 +414,11 @@ class _Glue:
             w("const pl::KernelInfo k = {p.workspace, 0, p.launch};")
             return
         slot = self.p.smem[TMEM_ADDRESS_SLOT][0]
-        owner = ".".join(self.k.tmem_allocator or ("?", "?"))
-        w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}, allocated by "
-          f"{owner}.")
+        warp = self.tmem_warp()
         group = tmem_cta_group(self.k.bound)
-        w.open(f"if (threadIdx.x / 32 == {self.tmem_warp()})")
+        w(f"// Tensor Memory: {columns} columns for {sorted(self.p.tmem)}, allocated by "
+          f"{'.'.join(self.k.tmem_allocator)}.")
+        w.open(f"if (threadIdx.x / 32 == {warp})")
         w(f'asm volatile("tcgen05.alloc.cta_group::{group}.sync.aligned.shared::cta.b32 [%0], '
           f'{columns};" :: "r"(pl::smem_addr({slot})) : "memory");')
         w(f'asm volatile("tcgen05.relinquish_alloc_permit.cta_group::{group}.sync.aligned;" '
