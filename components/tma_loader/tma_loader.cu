@@ -34,9 +34,8 @@ extern "C" __device__ void pl_tma_loader_producer_init(const pl_place_tma_loader
   pl::tma::prefetch_descriptor(args.tma_b);
 }
 
-// Producer's perspective, per tile: the warp waits for free stages together and one
-// elected lane (elect.sync: issued once, with no loop over active lanes) arms each
-// stage's full barrier with the tile's bytes and issues the copy.
+// Producer's perspective, per tile: each stage of both rings filled by one TMA copy
+// (pl::producer_fill: the warp waits, one elected lane arms the barrier and copies).
 extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
                                                   const pl_args_tma_loader& args,
                                                   const pl::KernelInfo&, const pl::WorkTile& tile,
@@ -45,20 +44,12 @@ extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
   const int32_t row_b = tile.n_block * int32_t(kTileN);
   for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
     const int32_t col = k * int32_t(kTileK);
-    pl::producer_acquire(at.port.a, st.a);
-    if (pl::elect_one_sync()) {
-      pl::producer_expect(at.port.a, st.a, kTileBytesA);
-      pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,
-                       pl::full_barrier(at.port.a, st.a), col, row_a);
-    }
-    __syncwarp();
-    pl::producer_acquire(at.port.b, st.b);
-    if (pl::elect_one_sync()) {
-      pl::producer_expect(at.port.b, st.b, kTileBytesB);
-      pl::tma::load_3d(pl::stage_offset(at.port.b, st.b), args.tma_b,
-                       pl::full_barrier(at.port.b, st.b), col, row_b, tile.group);
-    }
-    __syncwarp();
+    pl::producer_fill(at.port.a, st.a, kTileBytesA, [&](uint32_t stage, uint32_t full) {
+      pl::tma::load_2d(stage, args.tma_a, full, col, row_a);
+    });
+    pl::producer_fill(at.port.b, st.b, kTileBytesB, [&](uint32_t stage, uint32_t full) {
+      pl::tma::load_3d(stage, args.tma_b, full, col, row_b, tile.group);
+    });
     st.a.advance(at.port.a);
     st.b.advance(at.port.b);
   }

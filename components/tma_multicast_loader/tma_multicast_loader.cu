@@ -48,21 +48,14 @@ extern "C" __device__ void pl_tma_multicast_loader_producer(
   const int32_t row_b = tile.n_block * int32_t(kTileN) + int32_t(rank * kHalfN);
   for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
     const int32_t col = k * int32_t(kTileK);
-    pl::producer_acquire(at.port.a, st.a);
-    if (pl::elect_one_sync()) {
-      pl::producer_expect(at.port.a, st.a, kTileBytesA);
-      pl::tma::load_2d(pl::stage_offset(at.port.a, st.a), args.tma_a,
-                       pl::full_barrier(at.port.a, st.a), col, row_a);
-    }
-    __syncwarp();
-    pl::producer_acquire(at.port.b, st.b);
-    if (pl::elect_one_sync()) {
-      pl::producer_expect(at.port.b, st.b, kTileBytesB);
-      pl::tma::load_2d_multicast(pl::stage_offset(at.port.b, st.b) + rank * kHalfBytesB,
-                                 args.tma_b, pl::full_barrier(at.port.b, st.b), col, row_b,
+    pl::producer_fill(at.port.a, st.a, kTileBytesA, [&](uint32_t stage, uint32_t full) {
+      pl::tma::load_2d(stage, args.tma_a, full, col, row_a);
+    });
+    // This CTA's half of B lands in both CTAs' stage; each CTA's barrier expects both.
+    pl::producer_fill(at.port.b, st.b, kTileBytesB, [&](uint32_t stage, uint32_t full) {
+      pl::tma::load_2d_multicast(stage + rank * kHalfBytesB, args.tma_b, full, col, row_b,
                                  kPair);
-    }
-    __syncwarp();
+    });
     st.a.advance(at.port.a);
     st.b.advance(at.port.b);
   }

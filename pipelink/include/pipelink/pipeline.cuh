@@ -21,6 +21,7 @@
 #include "pipelink/cluster.cuh"
 #include "pipelink/mbarrier.cuh"
 #include "pipelink/types.cuh"
+#include "pipelink/warp.cuh"
 
 namespace pl {
 
@@ -72,6 +73,20 @@ __device__ __forceinline__ void producer_commit(const PipePort& port, const Pipe
 __device__ __forceinline__ void producer_expect(const PipePort& port, const PipeState& s,
                                                 uint32_t tx_bytes) {
   mbar::arrive_expect_tx(full_barrier(port, s), tx_bytes);
+}
+
+// A TMA producer warp's fill of one stage: the warp waits for the stage together, then
+// one elected lane (elect.sync: issued once, with no loop over active lanes) arms the
+// full barrier for `tx_bytes` and issues `copy(stage offset, full barrier offset)`.
+template <class Copy>
+__device__ __forceinline__ void producer_fill(const PipePort& port, const PipeState& s,
+                                              uint32_t tx_bytes, Copy&& copy) {
+  producer_acquire(port, s);
+  if (elect_one_sync()) {
+    producer_expect(port, s, tx_bytes);
+    copy(stage_offset(port, s), full_barrier(port, s));
+  }
+  __syncwarp();
 }
 
 // Consumer's view.
