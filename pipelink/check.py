@@ -22,6 +22,7 @@ from . import expr
 from .contract import RING_PORTS, BoundContract, Port
 from .errors import CheckError, ContractError
 from .problem import (
+    THREADS_PER_WARP,
     Buffer,
     NamedBarrier,
     Problem,
@@ -30,7 +31,7 @@ from .problem import (
     TmemAlloc,
     Tunable,
 )
-from .recipe import Endpoint, Recipe
+from .recipe import Endpoint, Instance, Recipe
 from .schema import DTYPES
 from .work import (
     PARTIAL_RECORDS,
@@ -47,6 +48,7 @@ MBARRIER_BYTES = 8
 MBARRIER_ALIGN = 8
 DEFAULT_SMEM_ALIGN = 128
 WORKSPACE_ALIGN = 256
+PINGPONG_TEAMS = 2             # a pingpong lane's teams, on alternate work records
 CONVERTER_WARPS = 4            # one warpgroup converts a stage with 16-byte accesses
 CONVERTER_REGISTERS = 64
 CONVERTER_STAGES = 2           # double-buffered: conversion overlaps the consumer
@@ -77,9 +79,14 @@ class Lane:
 
     name: str
     members: tuple[tuple[str, str], ...]     # (instance, role)
-    warps: int
+    warps: int                     # of one team: what every member's contract states
     registers: int
     warpgroup: bool
+    teams: int = 1                 # pingpong: two teams of `warps` take alternate records
+
+    @property
+    def total_warps(self) -> int:
+        return self.warps * self.teams
 
 
 @dataclass(frozen=True)
@@ -153,8 +160,9 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     _check_cycles(transfers, problems)
     scheduler = _scheduler(bound, problems)
     problems.raise_if_any()
-    lanes = _lanes(recipe, bound, transfers, problems)
+    lanes = _lanes(recipe, arch, bound, transfers, problems)
     problems.raise_if_any()
+    _check_pingpong(recipe, bound, lanes, scheduler, problems)
     work = _work_ring(bound, transfers, lanes, scheduler, problems)
     _check_trip_counts(recipe, bound, transfers, problems)
     _check_tmem_buffers(bound, problems)
@@ -830,7 +838,7 @@ def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes
                              f"{port.spec['record']}}}' for the role and connect "
                              f"'{producer} -> {inst}.work'")
         consumers.append(lane.name)
-        arrivals += lane.warps
+        arrivals += lane.total_warps   # a pingpong team reads (and skips) every record too
     for t in transfers:
         if t.kind == "conversion":
             consumers.append(t.converter)
@@ -875,8 +883,8 @@ def _check_trip_counts(recipe: Recipe, bound: dict[str, BoundContract],
                              "scheduler)")
 
 
-def _lanes(recipe: Recipe, bound: dict[str, BoundContract], transfers: list[Transfer],
-           problems: _Problems) -> list[Lane]:
+def _lanes(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
+           transfers: list[Transfer], problems: _Problems) -> list[Lane]:
     """Union of component roles joined by register hand-offs, producers first."""
     order = [(n, r) for n, b in bound.items() for r in b.contract.roles]
     parent = {m: m for m in order}
@@ -909,8 +917,73 @@ def _lanes(recipe: Recipe, bound: dict[str, BoundContract], transfers: list[Tran
         regs = max(bound[m[0]].eval(s.registers, f"roles.{m[1]}.registers") for m, s in specs)
         lanes.append(Lane("+".join(f"{i}.{r}" for i, r in members), tuple(members),
                           next(iter(warps.values())), regs,
-                          any(s.warpgroup for _, s in specs)))
+                          any(s.warpgroup for _, s in specs),
+                          _teams(recipe.instances(arch), members, problems)))
     return lanes
+
+
+def _teams(instances: dict[str, Instance], members: list[tuple[str, str]],
+           problems: _Problems) -> int:
+    """1 for a cooperative lane, 2 for a pingpong one: the loop its instances state
+    (instances that state none follow the others; two that disagree are refused)."""
+    stated = {i: instances[i].loop for i, _ in members if instances[i].loop}
+    if len(set(stated.values())) > 1:
+        listing = ", ".join(f"{i}: {loop}" for i, loop in sorted(stated.items()))
+        problems.add(f"instances.{min(stated)}.loop",
+                     f"roles sharing warps through a register hand-off state different "
+                     f"loops ({listing})",
+                     "one lane runs one loop: state the same loop on each, or on one of them")
+        return 1
+    return PINGPONG_TEAMS if set(stated.values()) == {"pingpong"} else 1
+
+
+def _check_pingpong(recipe: Recipe, bound: dict[str, BoundContract], lanes: list[Lane],
+                    scheduler: str | None, problems: _Problems) -> None:
+    """A pingpong lane's teams take alternate work records, so it needs a scheduler's
+    records, and every ring it touches must be one the glue can step over for the other
+    team: stages it only reads, a count per record it can compute. It may not produce
+    a ring (two teams would fill one stage sequence out of order) or hold Tensor Memory."""
+    for lane in lanes:
+        if lane.teams == 1:
+            continue
+        inst = lane.members[0][0]
+        key = f"instances.{inst}.loop"
+        if scheduler is None:
+            problems.add(key, f"lane {lane.name} runs pingpong, but the kernel has no "
+                              "scheduler: two teams alternate work records",
+                         "add a scheduler instance (e.g. tile_scheduler) and connect its "
+                         "work port to every looping role")
+        if any(i == scheduler for i, _ in lane.members):
+            problems.add(key, "a scheduler's own role cannot run pingpong",
+                         "state loop: pingpong on the consumer instances")
+        for i, role in lane.members:
+            b = bound[i]
+            elsewhere = [r for r in b.contract.roles if (i, r) not in lane.members]
+            if elsewhere:
+                problems.add(f"instances.{i}.loop",
+                             f"'{i}' ({b.name}) runs pingpong in {lane.name} but also has "
+                             f"role(s) {', '.join(elsewhere)} in other warps, which would "
+                             "share one team's copy of its shared memory and barriers",
+                             "run this lane cooperative")
+            if b.contract.section("tmem"):
+                problems.add(f"instances.{i}.loop",
+                             f"'{i}' ({b.name}) holds Tensor Memory, which pingpong teams "
+                             "cannot share", "run this lane cooperative")
+            for port in b.contract.ports.values():
+                if port.role != role or port.kind not in RING_PORTS:
+                    continue
+                if port.dir == "out":
+                    problems.add(f"instances.{i}.loop",
+                                 f"'{i}.{port.name}' ({b.name}) produces a ring, and two "
+                                 "pingpong teams would fill its stages out of order",
+                                 "run this lane cooperative, or move the producer to its "
+                                 "own warps")
+                elif port.kind == "tmem" or "per_tile" not in port.spec:
+                    problems.add(f"instances.{i}.loop",
+                                 f"'{i}.{port.name}' ({b.name}) takes no per_tile count, "
+                                 "so the other team's stages cannot be stepped over",
+                                 f"give ports.{port.name} a per_tile in {b.contract.path}, "
+                                 "or run this lane cooperative")
 
 
 def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
@@ -986,6 +1059,7 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
     tunables, equal, buffers, barriers, tmem = [], [], [], [], []
     pins = recipe.instances(arch)
     stage_pins = _stage_pins(bound, transfers)
+    teams = {i: lane.teams for lane in lanes for i, _ in lane.members}
     for inst, b in bound.items():
         where = b.contract.path
         for name, values in b.contract.tunables.items():
@@ -1006,23 +1080,15 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
                 allowed = tuple(v for v in allowed if v in ring)
             tunables.append(Tunable(f"{inst}.{name}", tuple(allowed), 1,
                                     f"{where}: tunables.{name}"))
-        for name, spec in b.contract.section("smem").items():
-            align = b.eval(spec.get("align", DEFAULT_SMEM_ALIGN), f"smem.{name}.align")
-            buffers.append(Buffer(f"{inst}.{name}", _sized(b, inst, spec["bytes"],
-                                                           f"smem.{name}.bytes"), align,
-                                  _live(spec), f"{where}: smem.{name}"))
-        for name, spec in b.contract.section("mbarriers").items():
-            count = spec["count"] if isinstance(spec, dict) else spec
-            sized = _sized(b, inst, count, f"mbarriers.{name}")
-            sized = Sized(sized.depends, tuple((k, v * MBARRIER_BYTES) for k, v in sized.table))
-            buffers.append(Buffer(f"{inst}.mbar.{name}", sized, MBARRIER_ALIGN,
-                                  _live(spec) if isinstance(spec, dict) else None,
-                                  f"{where}: mbarriers.{name}"))
-        for name, spec in b.contract.section("named_barriers").items():
-            barriers.append(NamedBarrier(f"{inst}.{name}",
-                                         b.eval(spec["threads"], f"named_barriers.{name}"),
-                                         spec.get("fixed"), _live(spec),
-                                         f"{where}: named_barriers.{name}"))
+        # A pingpong team's epilogue runs while the other's does: each team has its own
+        # shared memory, mbarriers and named barriers (keys of team t > 0: team_key).
+        for team in range(teams.get(inst, 1)):
+            buffers += _private_buffers(b, inst, team)
+            barriers += [NamedBarrier(team_key(f"{inst}.{name}", team),
+                                      b.eval(spec["threads"], f"named_barriers.{name}"),
+                                      spec.get("fixed"), _live(spec),
+                                      f"{where}: named_barriers.{name}")
+                         for name, spec in b.contract.section("named_barriers").items()]
         for _, port in sorted(b.contract.ports.items()):
             if port.kind == "work" and port.dir == "out":
                 buffers += _work_buffers(b, inst, port)
@@ -1039,7 +1105,11 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
         buffers.append(Buffer(TMEM_ADDRESS_SLOT, Sized.const(TMEM_ADDRESS_BYTES),
                               TMEM_ADDRESS_BYTES, None,
                               "the Tensor Memory address tcgen05.alloc writes"))
-    roles = [Role(lane.name, lane.warps, lane.registers, lane.warpgroup,
+    # A pingpong lane hands the rings from team to team in record order (turn_key).
+    barriers += [NamedBarrier(turn_key(lane.name, team), lane.total_warps * THREADS_PER_WARP,
+                              None, None, f"pingpong turn of team {team} in {lane.name}")
+                 for lane in lanes if lane.teams > 1 for team in range(lane.teams)]
+    roles = [Role(lane.name, lane.total_warps, lane.registers, lane.warpgroup,
                   tuple(f"{i}.{r}" for i, r in lane.members),
                   "; ".join(f"{bound[i].contract.path}: roles.{r}" for i, r in lane.members))
              for lane in lanes]
@@ -1069,6 +1139,39 @@ def _pinned(values: tuple[int, ...], pin: Any) -> tuple[int, ...]:
         return values
     wanted = set(pin) if isinstance(pin, list) else {pin}
     return tuple(v for v in values if v in wanted)
+
+
+def team_key(key: str, team: int) -> str:
+    """The placement key of a pingpong team's copy of a resource (team 0: the key)."""
+    return key if team == 0 else f"{key}@{team}"
+
+
+def turn_key(lane: str, team: int) -> str:
+    """The named barrier that gives pingpong team `team` of a lane its turn on the rings.
+
+    Turns are not for speed alone: a ring's consumer waits on a stage by phase parity,
+    which cannot tell a fill two phases ahead from the last one. A team may only start
+    waiting on the stages of its record once the team before it has taken every stage
+    of the previous record, so the next fill of each stage is the one it wants."""
+    return team_key(f"{lane}.turn", team)
+
+
+def _private_buffers(b: BoundContract, inst: str, team: int) -> list[Buffer]:
+    """An instance's own shared memory and mbarriers (one copy per pingpong team)."""
+    where, out = b.contract.path, []
+    for name, spec in b.contract.section("smem").items():
+        align = b.eval(spec.get("align", DEFAULT_SMEM_ALIGN), f"smem.{name}.align")
+        out.append(Buffer(team_key(f"{inst}.{name}", team),
+                          _sized(b, inst, spec["bytes"], f"smem.{name}.bytes"), align,
+                          _live(spec), f"{where}: smem.{name}"))
+    for name, spec in b.contract.section("mbarriers").items():
+        count = spec["count"] if isinstance(spec, dict) else spec
+        sized = _sized(b, inst, count, f"mbarriers.{name}")
+        sized = Sized(sized.depends, tuple((k, v * MBARRIER_BYTES) for k, v in sized.table))
+        out.append(Buffer(team_key(f"{inst}.mbar.{name}", team), sized, MBARRIER_ALIGN,
+                          _live(spec) if isinstance(spec, dict) else None,
+                          f"{where}: mbarriers.{name}"))
+    return out
 
 
 def _live(spec: dict[str, Any]) -> tuple[int, int] | None:

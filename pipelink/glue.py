@@ -26,7 +26,9 @@ from .check import (
     Kernel,
     Lane,
     Transfer,
+    team_key,
     tmem_cta_group,
+    turn_key,
 )
 from .compile import INCLUDE_DIR
 from .contract import RING_PORTS, BoundContract
@@ -103,6 +105,12 @@ class _Writer:
     def close(self, suffix: str = "") -> None:
         self.depth -= 1
         self("}" + suffix)
+
+    def reopen(self, line: str) -> None:
+        """Closes a block and opens the next on the same line: `} else {`."""
+        self.depth -= 1
+        self("} " + line + " {")
+        self.depth += 1
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -207,13 +215,15 @@ class _Glue:
         w("// LTO inlines the entries, every field folds into an immediate.")
         for inst, b in self.k.bound.items():
             t = header.type_names(b)
-            sections = []
-            for _, fields in header.place_fields(b):
-                values = [self.place_value(inst, b, key) for _, _, key in fields]
-                sections.append("{" + ", ".join(values) + "}")
-            init = "{" + ", ".join(sections) + "}"
-            w(f'extern "C" __device__ const {self.ns(b)}{t["place"]} pl_at_{inst};')
-            w(f"__device__ const {self.ns(b)}{t['place']} pl_at_{inst} = {init};")
+            for team in range(self.teams(inst)):
+                sections = []
+                for _, fields in header.place_fields(b):
+                    values = [self.place_value(inst, b, key, team) for _, _, key in fields]
+                    sections.append("{" + ", ".join(values) + "}")
+                init = "{" + ", ".join(sections) + "}"
+                at = self.at(inst, team)
+                w(f'extern "C" __device__ const {self.ns(b)}{t["place"]} {at};')
+                w(f"__device__ const {self.ns(b)}{t['place']} {at} = {init};")
         for t in self.k.transfers:
             if t.kind == "conversion":
                 src, dst = self.port_of(t.src.instance, t.src.port), self.converter_port(t)
@@ -236,19 +246,30 @@ class _Glue:
         empty = self.p.smem[f"{inst}.mbar.{port}.empty"][0]
         return f"{{{records}, {full}, {empty}, {size // RECORD_BYTES}}}"
 
-    def place_value(self, inst: str, b: BoundContract, key: str) -> str:
+    def teams(self, inst: str) -> int:
+        """Copies of an instance's placement: one per pingpong team of its lane."""
+        return max((lane.teams for lane in self.k.lanes
+                    if any(i == inst for i, _ in lane.members)), default=1)
+
+    @staticmethod
+    def at(inst: str, team: int = 0) -> str:
+        """The placement constant of an instance (of its pingpong team `team`)."""
+        return f"pl_at_{inst}" if team == 0 else f"pl_at_{inst}_t{team}"
+
+    def place_value(self, inst: str, b: BoundContract, key: str, team: int = 0) -> str:
         section, name = key.split(".", 1)
         p = self.p
         if section == "roles":
             lane = self.lane_of(inst, name)
             slot = self.lane_slots[lane.name]
-            return f"{{{slot.warp_base}, {slot.warps}}}"
+            # A pingpong team is a role of its own to the component: its warps only.
+            return f"{{{slot.warp_base + team * lane.warps}, {lane.warps}}}"
         if section == "smem":
-            return str(p.smem[f"{inst}.{name}"][0])
+            return str(p.smem[team_key(f"{inst}.{name}", team)][0])
         if section == "mbarriers":
-            return str(p.smem[f"{inst}.mbar.{name}"][0])
+            return str(p.smem[team_key(f"{inst}.mbar.{name}", team)][0])
         if section == "named_barriers":
-            return str(p.barriers[f"{inst}.{name}"])
+            return str(p.barriers[team_key(f"{inst}.{name}", team)])
         if section == "tmem":
             return str(p.tmem[f"{inst}.{name}"][0])
         if section == "tunables":
@@ -372,10 +393,14 @@ class _Glue:
             w.open(f"if ({cond})")
             self.setmaxnreg(regs)
             for lane_name, slot in self.lanes_in(first, last):
-                lo = f"warp >= {slot.warp_base} && " if slot.warp_base else ""
-                w.open(f"if ({lo}warp < {slot.warp_base + slot.warps})")
-                self.lane_body(lane_name)
-                w.close()
+                lane = self.lane_named(lane_name)
+                for team in range(lane.teams if lane else 1):
+                    base = slot.warp_base + team * (lane.warps if lane else 0)
+                    end = base + (lane.warps if lane and lane.teams > 1 else slot.warps)
+                    lo = f"warp >= {base} && " if base else ""
+                    w.open(f"if ({lo}warp < {end})")
+                    self.lane_body(lane_name, team)
+                    w.close()
             w.close()
         self.tmem_free()
         w.close()
@@ -479,12 +504,14 @@ class _Glue:
                     f"{inst}.{port.name} empty", pair * self.consumer_arrivals(inst, port.name))
         for inst, b in self.k.bound.items():
             for name, spec in sorted(b.contract.section("mbarriers").items()):
-                offset, size = self.p.smem[f"{inst}.mbar.{name}"]
                 what, arrivals = port_bars.get(f"{inst}.{name}", (f"{inst}.{name}", None))
                 if arrivals is None:
                     arrivals = b.eval(spec.get("arrivals", 1) if isinstance(spec, dict) else 1,
                                       f"mbarriers.{name}.arrivals", self.tunables(inst))
-                out.append((offset, size // MBARRIER_BYTES, arrivals, what))
+                for team in range(self.teams(inst)):
+                    offset, size = self.p.smem[team_key(f"{inst}.mbar.{name}", team)]
+                    out.append((offset, size // MBARRIER_BYTES, arrivals,
+                                team_key(what, team)))
         if self.k.work is not None:
             inst, port = self.k.work.producer.instance, self.k.work.producer.port
             full, size = self.p.smem[f"{inst}.mbar.{port}.full"]
@@ -559,21 +586,28 @@ class _Glue:
                    for lane in self.k.lanes for i, r in lane.members
                    for b in [self.k.bound[i]])
 
-    def lane_body(self, lane_name: str) -> None:
+    def lane_named(self, name: str) -> Lane | None:
+        """The lane called `name` (None for a generated converter's warps)."""
+        return next((lane for lane in self.k.lanes if lane.name == name), None)
+
+    def lane_body(self, lane_name: str, team: int = 0) -> None:
         converter = next((t for t in self.k.transfers if t.converter == lane_name), None)
         if converter is not None:
             return self.converter_body(converter)
-        lane = next(lane for lane in self.k.lanes if lane.name == lane_name)
+        lane = self.lane_named(lane_name)
         w = self.w
+        if lane.teams > 1:
+            w(f"// Pingpong team {team} of {lane.teams}: records {team}, "
+              f"{team} + {lane.teams}, ...; it steps over the others' stages.")
         for inst, role in lane.members:
             b = self.k.bound[inst]
             w(f"{self.ns(b)}{header.type_names(b)[f'state.{role}']} st_{inst}_{role}{{}};")
-        self.hooks(lane, "init")
+        self.hooks(lane, "init", team)
         if self.k.work is not None and lane_name == self.k.work.lane:
             self.scheduler_loop(lane)
         else:
-            self.work_loop(lane)
-        self.hooks(lane, "tail")
+            self.work_loop(lane, team)
+        self.hooks(lane, "tail", team)
         return None
 
     def scheduler_loop(self, lane: Lane) -> None:
@@ -596,7 +630,7 @@ class _Glue:
         w.close()
         w("__syncwarp();  // the scheduler's warp reconverges before any later barrier")
 
-    def next_record(self) -> None:
+    def next_record(self, at_end: str = "") -> None:
         """Declares `tile`, the next work record, and leaves the loop at the end marker:
         a reference into the work ring, held until :meth:`done_record` (so roles read
         fields where they use them), or, without a scheduler, this CTA's one tile from
@@ -610,6 +644,8 @@ class _Glue:
         ring = self.work_ring()
         w(f"const pl::WorkTile& tile = pl::work_wait({ring}, work);")
         w.open("if (!tile.is_valid())")
+        if at_end:
+            w(at_end)
         w(f"pl::work_release({ring}, work);")
         w("break;")
         w.close()
@@ -629,29 +665,75 @@ class _Glue:
             self.w("pl::WorkState work{};")
             self.w.open("for (;;)")
 
-    def work_loop(self, lane: Lane) -> None:
+    def work_loop(self, lane: Lane, team: int = 0) -> None:
         w = self.w
+        teams = lane.teams
+        turns = teams > 1 and any(header.pipeline_ports(self.k.bound[i], r)
+                                  for i, r in lane.members)
+        if teams > 1:
+            w("uint32_t record = 0;")
+        if turns and team == teams - 1:
+            w("// The first turn is team 0's.")
+            w(self.turn("arrive", lane, 0))
         self.open_loop()
-        self.next_record()
+        # The turn handed over by the last record, which no team takes: this team's when
+        # the end marker falls on it (every arrive then meets its sync).
+        self.next_record(f"if (record % {teams} == {team}) {self.turn('sync', lane, team)}"
+                         if turns else "")
+        if teams > 1:
+            w.open(f"if (record++ % {teams} != {team})")
+            self.skip_record(lane, team)
+            w.reopen("else")
         arrays = self.register_arrays(lane)
         for decl in sorted(set(arrays.values())):
             w(decl[1])
-        for inst, role in lane.members:
+        last_ring = max((n for n, (i, r) in enumerate(lane.members)
+                         if header.pipeline_ports(self.k.bound[i], r)), default=-1)
+        if turns:
+            w(f"{self.turn('sync', lane, team)}  // this team's turn on the rings")
+        for n, (inst, role) in enumerate(lane.members):
             b = self.k.bound[inst]
             regs = "".join(f", {arrays[(inst, port)][0]}"
                            for _, port, _ in header.register_ports(b, role))
-            w(f"{self.ns(b)}{b.symbol(b.contract.roles[role].entry)}(pl_at_{inst}, "
+            w(f"{self.ns(b)}{b.symbol(b.contract.roles[role].entry)}({self.at(inst, team)}, "
               f"args_{inst}, k, tile, st_{inst}_{role}{regs});")
+            if turns and n == last_ring:
+                w(f"{self.turn('arrive', lane, (team + 1) % teams)}  // the next team's turn")
+        if teams > 1:
+            w.close()
         self.done_record()
         w.close()
 
-    def hooks(self, lane: Lane, hook: str) -> None:
+    def turn(self, op: str, lane: Lane, team: int) -> str:
+        """Sync on (or arrive at) the named barrier that gives `team` its turn."""
+        barrier = self.p.barriers[turn_key(lane.name, team)]
+        return f"pl::named_{op}({barrier}, {lane.total_warps * THREADS_PER_WARP});"
+
+    def skip_record(self, lane: Lane, team: int) -> None:
+        """Another team's record: step this team's ring states over its stages."""
+        for inst, role in lane.members:
+            b = self.k.bound[inst]
+            for port in header.pipeline_ports(b, role):
+                self.w(f"st_{inst}_{role}.{port}.skip({self.at(inst, team)}.port.{port}, "
+                       f"{self.per_tile_count(inst, port)});")
+
+    def per_tile_count(self, inst: str, port_name: str) -> str:
+        """The stages a ring port hands over per work record, as a C expression."""
+        b = self.k.bound[inst]
+        per_tile = str(b.contract.ports[port_name].spec.get("per_tile", 1))
+        if per_tile == PER_TILE_WORK:
+            return "tile.k_tiles()"
+        if per_tile.startswith("args."):
+            return f"args_{inst}.{per_tile[5:]}"
+        return str(b.eval(per_tile, f"ports.{port_name}.per_tile", self.tunables(inst)))
+
+    def hooks(self, lane: Lane, hook: str, team: int = 0) -> None:
         for inst, role in lane.members:
             b = self.k.bound[inst]
             spec = b.contract.roles[role]
             if getattr(spec, hook):
-                self.w(f"{self.ns(b)}{b.symbol(spec.entry + '_' + hook)}(pl_at_{inst}, "
-                       f"args_{inst}, k, st_{inst}_{role});")
+                self.w(f"{self.ns(b)}{b.symbol(spec.entry + '_' + hook)}"
+                       f"({self.at(inst, team)}, args_{inst}, k, st_{inst}_{role});")
 
     def register_arrays(self, lane: Lane) -> dict[tuple[str, str], tuple[str, str]]:
         """(instance, port) -> (array name, declaration) for the lane's hand-offs."""
@@ -679,14 +761,7 @@ class _Glue:
         rows, cols = (db.eval(v, f"ports.{dport.name}.shape") for v in dport.spec["shape"][:2])
         transpose = "true" if sport.spec["layout"] != dport.spec["layout"] else "false"
         slot = self.p.roles[t.converter]
-        per_tile = str(sport.spec.get("per_tile", 1))
-        if per_tile == PER_TILE_WORK:
-            count = "tile.k_tiles()"
-        elif per_tile.startswith("args."):
-            count = f"args_{t.src.instance}.{per_tile[5:]}"
-        else:
-            count = str(sb.eval(per_tile, f"ports.{sport.name}.per_tile",
-                                self.tunables(t.src.instance)))
+        count = self.per_tile_count(t.src.instance, t.src.port)
         w("pl::PipeState from_state{}, to_state{};")
         w(f"const uint32_t thread = threadIdx.x - {slot.warp_base * THREADS_PER_WARP};")
         self.open_loop()

@@ -54,6 +54,7 @@ class Instance:
     component: str                 # for the arch being built
     params: dict[str, int | str]
     tunables: dict[str, Any]       # pins: value or list of allowed values
+    loop: str | None = None        # cooperative | pingpong, where the recipe says
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class Recipe:
                                   where=self.where(f"instances.{name}"),
                                   hint="add component: or per_arch: {" + arch + ": ...}")
             out[name] = Instance(name, component, dict(spec.get("params", {})),
-                                 dict(spec.get("tunables", {})))
+                                 dict(spec.get("tunables", {})), spec.get("loop"))
         return out
 
 

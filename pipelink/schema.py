@@ -216,6 +216,10 @@ INSTANCES = _map({"oneOf": [
               {"type": "integer"},
               {"type": "array", "items": {"type": "integer"}}]},
               "description": "pins: tunable -> a value, or the values allowed"},
+          "loop": {"enum": ["cooperative", "pingpong"],
+                   "description": "how the warps of this instance's lane share work: "
+                                  "cooperative (all of them on every record, the default) "
+                                  "or pingpong (two teams of them on alternate records)"},
           })]}, "instance name -> component (or {component, per_arch, params})")
 
 CONNECT = {"type": "array", "items": CONNECTION,

@@ -16,7 +16,8 @@ INTERLEAVE = 8  # gate/up rows alternate in blocks of 8 (components/swiglu_epilo
 
 # recipe -> what it computes
 REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm",
-             "gemm_multicast": "gemm", "gemm_swiglu": "swiglu",
+             "gemm_multicast": "gemm", "gemm_pingpong": "gemm", "gemm_swiglu": "swiglu",
+             "gemm_swiglu_pingpong": "swiglu",
              "gemm_swiglu_cute": "swiglu", "gemm_bias_gelu": "bias_gelu"}
 
 

@@ -15,8 +15,9 @@ SHAPES = [(128, 512, 64), (512, 2048, 4096), (1000, 1000, 1000), (300, 1008, 200
           (2048, 4096, 4096), (77, 4112, 328)]
 
 
-@pytest.mark.parametrize("recipe", ["gemm", "gemm_dynamic", "gemm_multicast", "gemm_swiglu",
-                                    "gemm_cute", "gemm_swiglu_cute", "gemm_bias_gelu"])
+@pytest.mark.parametrize("recipe", ["gemm", "gemm_dynamic", "gemm_multicast", "gemm_pingpong",
+                                    "gemm_swiglu", "gemm_swiglu_pingpong", "gemm_cute",
+                                    "gemm_swiglu_cute", "gemm_bias_gelu"])
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_matches_pytorch(build_dir, recipe, mode, m, n, k):

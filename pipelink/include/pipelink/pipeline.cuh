@@ -36,6 +36,15 @@ struct PipeState {
       phase ^= 1;
     }
   }
+
+  // Steps over `count` stages that another consumer takes (a pingpong team's
+  // records): where this consumer's next stage is, without waiting on any.
+  template <class Port>
+  __device__ void skip(const Port& port, uint32_t count) {
+    const uint32_t to = stage + count;
+    phase ^= (to / port.stages) & 1;
+    stage = to % port.stages;
+  }
 };
 
 __device__ __forceinline__ uint32_t stage_offset(const PipePort& port, const PipeState& s) {
