@@ -28,9 +28,13 @@ __device__ __forceinline__ uint32_t peer_addr(uint32_t offset, uint32_t peer) {
   return addr;
 }
 
-// One arrival (release at cluster scope) on the mbarrier at `offset` in CTA `peer`.
+// One arrival on the mbarrier at `offset` in CTA `peer`. The default semantics
+// (release at CTA scope) suffice for an empty-stage release: what it orders are this
+// thread's completed reads of a stage before the peer's TMA overwrites it, and the
+// copy engine waits on the barrier itself. Release at cluster scope would also flush
+// this thread's writes to the whole cluster, on every stage, for nothing.
 __device__ __forceinline__ void arrive_peer(uint32_t offset, uint32_t peer) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];"
                :: "r"(peer_addr(offset, peer)) : "memory");
 }
 
