@@ -22,6 +22,7 @@ import math
 import re
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 try:
@@ -37,6 +38,12 @@ SHAPES = [(4096, 2 * 11008), (4096, 2 * 14336), (8192, 2 * 28672),   # (K, N = 2
           (3584, 2 * 18944)]
 MS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 SWIGLU_BASELINES = ("cublas_act", "compiled", "eager")
+# Rivals of the cooperative kernels, timed where built: name -> (kernel, recipe).
+VARIANTS = {"multicast": ("gemm", "gemm_multicast"), "pingpong": ("gemm", "gemm_pingpong"),
+            "swiglu_pingpong": ("gemm_swiglu", "gemm_swiglu_pingpong")}
+VARIANT_WHAT = {"multicast": "clusters of 2, B multicast",
+                "pingpong": "consumer warpgroups in ping-pong",
+                "swiglu_pingpong": "consumer warpgroups in ping-pong"}
 ROTATE = 3              # input sets cycled through, so W is re-read from HBM
 
 
@@ -127,11 +134,15 @@ def bench_shape(ops: dict, baselines: dict, m: int, n: int, k: int, runs: int,  
     gemm_fns = {"linked": lambda: inputs.call(ops[("gemm", "linked")], "gemm"),
                 "mono": lambda: inputs.call(ops[("gemm", "mono")], "gemm"),
                 "cublas": cublas}
-    if ("gemm_multicast", "linked") in ops:   # CTA pairs sharing B by TMA multicast
-        gemm_fns["multicast"] = lambda: inputs.call(ops[("gemm_multicast", "linked")], "gemm")
     swiglu_fns = {"linked": lambda: inputs.call(ops[("gemm_swiglu", "linked")], "gemm_swiglu"),
                   "mono": lambda: inputs.call(ops[("gemm_swiglu", "mono")], "gemm_swiglu"),
                   **{name: swiglu_by(name) for name in SWIGLU_BASELINES}}
+    # Variants of the same computation, where built: the cooperative kernels' rivals.
+    for variant, (kernel, recipe) in VARIANTS.items():
+        if (recipe, "linked") in ops:
+            fns = gemm_fns if kernel == "gemm" else swiglu_fns
+            fns[variant] = partial(inputs.call, ops[(recipe, "linked")],
+                                   "gemm" if kernel == "gemm" else "gemm_swiglu")
     return {"gemm": interleaved(gemm_fns, runs, reps),
             "swiglu": interleaved(swiglu_fns, runs, reps),
             "do_bench": {"gemm": flushed(gemm_fns), "swiglu": flushed(swiglu_fns)}}
@@ -181,8 +192,9 @@ def run(build: Path, quick: bool, rounds: int,
     ops = {(r, mode): pipelink.load(build / folder / r)
            for r in ("gemm", "gemm_swiglu") for mode, folder in (("linked", "sm_90a"),
                                                                   ("mono", "mono"))}
-    if (build / "sm_90a" / "gemm_multicast").is_dir():
-        ops[("gemm_multicast", "linked")] = pipelink.load(build / "sm_90a" / "gemm_multicast")
+    for _, recipe in VARIANTS.values():
+        if (build / "sm_90a" / recipe).is_dir():
+            ops[(recipe, "linked")] = pipelink.load(build / "sm_90a" / recipe)
     baselines = swiglu_baselines()
     rows = []
     for k, n in (SHAPES[:1] if quick else SHAPES):
@@ -216,17 +228,22 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def multicast_line(rows: list[dict]) -> list[str]:
-    """gemm_multicast (CTA pairs sharing B by TMA multicast) against gemm, where measured."""
-    pairs = [(r["M"], r["gemm"]["linked"] / r["gemm"]["multicast"]) for r in rows
-             if "multicast" in r["gemm"]]
-    if not pairs:
-        return []
-    big = [x for m, x in pairs if m >= 2048]
-    return [f"- gemm_multicast (clusters of 2, B multicast) vs gemm, events: geometric mean "
-            f"{geomean([x for _, x in pairs]):.3f}x over all shapes"
-            + (f", {geomean(big):.3f}x over M >= 2048" if big else "")
-            + f"; range {min(x for _, x in pairs):.3f}x to {max(x for _, x in pairs):.3f}x"]
+def variant_lines(rows: list[dict]) -> list[str]:
+    """Each variant (VARIANTS) against its cooperative twin, events, where measured."""
+    out = []
+    for variant, (kernel, recipe) in VARIANTS.items():
+        group = "gemm" if kernel == "gemm" else "swiglu"
+        pairs = [(r["M"], r[group]["linked"] / r[group][variant]) for r in rows
+                 if variant in r[group]]
+        if not pairs:
+            continue
+        big = [x for m, x in pairs if m >= 2048]
+        out.append(f"- {recipe} ({VARIANT_WHAT[variant]}) vs {kernel}, events: geometric mean "
+                   f"{geomean([x for _, x in pairs]):.3f}x over all shapes"
+                   + (f", {geomean(big):.3f}x over M >= 2048" if big else "")
+                   + f"; range {min(x for _, x in pairs):.3f}x to "
+                     f"{max(x for _, x in pairs):.3f}x")
+    return out
 
 
 def report(path: Path) -> None:
@@ -262,7 +279,7 @@ def report(path: Path) -> None:
              + (f", {geomean(flushed_x):.3f}x do_bench" if flushed_x else "")
              + f" (target >= 1.15x: {verdict(geomean(swiglu_x) >= 1.15)}); slowest shape "
              f"{min(swiglu_x):.3f}x (target >= 1.0x: {verdict(min(swiglu_x) >= 1.0)})",
-             *multicast_line(rows),
+             *variant_lines(rows),
              f"- |linked/mono - 1|: median {statistics.median(lm) * 100:.2f}%, max "
              f"{max(lm) * 100:.2f}% (the SASS of the two is identical; see the linked vs "
              "monolithic section for the noise floor)", "",
