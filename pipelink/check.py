@@ -14,6 +14,7 @@ placer solves.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ MBARRIER_BYTES = 8
 MBARRIER_ALIGN = 8
 DEFAULT_SMEM_ALIGN = 128
 WORKSPACE_ALIGN = 256
+MAIN_PHASE = "main"            # the one phase of a kernel that declares none
 PINGPONG_TEAMS = 2             # a pingpong lane's teams, on alternate work records
 CONVERTER_WARPS = 4            # one warpgroup converts a stage with 16-byte accesses
 CONVERTER_REGISTERS = 64
@@ -83,6 +85,7 @@ class Lane:
     registers: int
     warpgroup: bool
     teams: int = 1                 # pingpong: two teams of `warps` take alternate records
+    phase: int = 0                 # index into Kernel.phases
 
     @property
     def total_warps(self) -> int:
@@ -109,6 +112,17 @@ class WorkRing:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """A step of the kernel: its instances' roles run on the kernel's warps after the
+    phases before it. ``after``: phases every CTA must have finished, grid-wide, before
+    any CTA starts this one (through a counter in the workspace)."""
+
+    name: str
+    instances: tuple[str, ...]
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Kernel:
     recipe: Recipe
     arch: str
@@ -120,8 +134,24 @@ class Kernel:
     workspace_bytes: int
     problem: Problem
     warnings: tuple[str, ...] = field(default_factory=tuple)
-    work: WorkRing | None = None
+    works: tuple[WorkRing | None, ...] = ()          # each phase's work ring, if any
     tmem_allocator: tuple[str, str] | None = None   # (instance, role) that allocates TMEM
+    phases: tuple[Phase, ...] = (Phase(MAIN_PHASE, ()),)   # in run order
+
+    @property
+    def work(self) -> WorkRing | None:
+        """The work ring of a kernel of one phase (the first phase's otherwise)."""
+        return self.works[0] if self.works else None
+
+    def work_of(self, lane: Lane) -> WorkRing | None:
+        return self.works[lane.phase] if self.works else None
+
+    @property
+    def phased(self) -> bool:
+        return len(self.phases) > 1
+
+    def phase_of(self, inst: str) -> int:
+        return next((i for i, ph in enumerate(self.phases) if inst in ph.instances), 0)
 
     def peer(self, inst: str, port: str) -> Transfer | None:
         """The transfer feeding an input port."""
@@ -158,22 +188,30 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     _check_binds(recipe, bound, problems)
     _check_launch(recipe, bound, problems)
     _check_cycles(transfers, problems)
-    scheduler = _scheduler(bound, problems)
+    phases = _phases(recipe, bound, problems)
     problems.raise_if_any()
-    lanes = _lanes(recipe, arch, bound, transfers, problems)
+    _check_phase_transfers(recipe, bound, transfers, phases, problems)
+    schedulers = _schedulers(bound, phases, problems)
+    scheduler = next((s for s in schedulers if s), None)
     problems.raise_if_any()
-    _check_pingpong(recipe, bound, lanes, scheduler, problems)
-    work = _work_ring(bound, transfers, lanes, scheduler, problems)
+    lanes = _lanes(recipe, arch, bound, transfers, phases, problems)
+    problems.raise_if_any()
+    for lane in lanes:
+        _check_pingpong(recipe, bound, [lane], schedulers[lane.phase], problems)
+    works = tuple(_work_ring(bound, [t for t in transfers
+                                     if _phase_index(phases, t.dst.instance) == i],
+                             [lane for lane in lanes if lane.phase == i], sched, problems)
+                  for i, sched in enumerate(schedulers))
     _check_trip_counts(recipe, bound, transfers, problems)
     _check_tmem_buffers(bound, problems)
     allocator = _tmem_allocator(bound, problems)
     _check_cta_pairs(recipe, bound, problems)
     problems.raise_if_any()
-    workspace, workspace_bytes = _workspace(bound)
-    problem = _problem(recipe, arch, bound, transfers, lanes, problems)
+    workspace, workspace_bytes = _workspace(bound, phases)
+    problem = _problem(recipe, arch, bound, transfers, lanes, phases, problems)
     problems.raise_if_any()
     return Kernel(recipe, arch, bound, tuple(transfers), tuple(lanes), scheduler, workspace,
-                  workspace_bytes, problem, tuple(problems.warnings), work, allocator)
+                  workspace_bytes, problem, tuple(problems.warnings), works, allocator, phases)
 
 
 def _check_instances(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
@@ -793,12 +831,93 @@ def _path(out: dict[str, list[Transfer]], src: str, dst: str) -> list[Transfer] 
     return None
 
 
-def _scheduler(bound: dict[str, BoundContract], problems: _Problems) -> str | None:
-    schedulers = [n for n, b in bound.items() if b.contract.kind == "scheduler"]
-    if len(schedulers) > 1:
-        problems.add("instances", "more than one scheduler: " + ", ".join(schedulers),
-                     "a kernel iterates over one sequence of work tiles")
-    return schedulers[0] if schedulers else None
+def _schedulers(bound: dict[str, BoundContract], phases: tuple[Phase, ...],
+                problems: _Problems) -> list[str | None]:
+    """Each phase's scheduler (None where a phase has none): at most one per phase."""
+    out = []
+    for i, phase in enumerate(phases):
+        found = [n for n, b in bound.items() if b.contract.kind == "scheduler"
+                 and _phase_index(phases, n) == i]
+        if len(found) > 1:
+            key = f"phases.{phase.name}" if len(phases) > 1 else "instances"
+            problems.add(key, "more than one scheduler: " + ", ".join(found),
+                         "a phase iterates over one sequence of work tiles: split them "
+                         "into phases (phases: {name: {instances: [...]}})")
+        out.append(found[0] if found else None)
+    return out
+
+
+def _phase_index(phases: tuple[Phase, ...], inst: str) -> int:
+    return next((i for i, ph in enumerate(phases) if inst in ph.instances), 0)
+
+
+def _phases(recipe: Recipe, bound: dict[str, BoundContract],
+            problems: _Problems) -> tuple[Phase, ...]:
+    """The recipe's phases in run order: each after those it names (recipe order where
+    free). Every instance runs in exactly one phase; a cycle of `after` is refused."""
+    spec = recipe.phases
+    if not spec:
+        return (Phase(MAIN_PHASE, tuple(bound)),)
+    owner: dict[str, str] = {}
+    for name, ph in spec.items():
+        for inst in ph["instances"]:
+            if inst not in bound:
+                problems.add(f"phases.{name}.instances", f"phase '{name}' names instance "
+                             f"'{inst}', which is not under instances",
+                             "instances: " + ", ".join(bound))
+            elif inst in owner:
+                problems.add(f"phases.{name}.instances", f"instance '{inst}' is in phases "
+                             f"'{owner[inst]}' and '{name}'", "give each instance one phase")
+            else:
+                owner[inst] = name
+        for dep in ph.get("after", []):
+            if dep not in spec:
+                problems.add(f"phases.{name}.after", f"phase '{name}' runs after '{dep}', "
+                             "which is not a phase", "phases: " + ", ".join(spec))
+    for inst in bound:
+        if inst not in owner:
+            problems.add(f"instances.{inst}", f"instance '{inst}' is in no phase",
+                         "list it under the instances of one of phases: "
+                         + ", ".join(spec))
+    order: list[str] = []
+    while len(order) < len(spec):
+        ready = [n for n, ph in spec.items() if n not in order
+                 and all(d in order or d not in spec for d in ph.get("after", []))]
+        if not ready:
+            cycle = [n for n in spec if n not in order]
+            problems.add(f"phases.{cycle[0]}.after", "phases wait for each other in a cycle: "
+                         + " -> ".join(cycle + [cycle[0]]),
+                         "a phase can only wait for phases that do not wait for it")
+            order += cycle
+            break
+        order.append(ready[0])
+    return tuple(Phase(n, tuple(spec[n]["instances"]), tuple(spec[n].get("after", [])))
+                 for n in order)
+
+
+def _check_phase_transfers(recipe: Recipe, bound: dict[str, BoundContract],
+                           transfers: list[Transfer], phases: tuple[Phase, ...],
+                           problems: _Problems) -> None:
+    """Phases meet only through global memory: a ring, a register hand-off or a work
+    record never crosses from one phase to another (its other end has left)."""
+    if len(phases) == 1:
+        return
+    if not recipe.launch.get("persistent"):
+        problems.add("launch.persistent", "a kernel of several phases needs launch: "
+                     "{persistent: true}: its CTAs wait for each other between phases, so "
+                     "all of them must be resident at once", "set launch.persistent: true")
+    if recipe.launch.get("cluster"):
+        problems.add("launch.cluster", "a kernel of several phases is launched cooperatively, "
+                     "which does not take a cluster shape", "drop launch.cluster, or split "
+                     "the kernel")
+    for t in transfers:
+        src, dst = (_phase_index(phases, e.instance) for e in (t.src, t.dst))
+        if t.kind != "global" and src != dst:
+            problems.add(f"connect[{t.index}]", f"'{t.src}' is in phase "
+                         f"'{phases[src].name}' and '{t.dst}' in '{phases[dst].name}': a "
+                         f"{t.kind.replace('_', '-')} hand-off cannot cross phases",
+                         "put both instances in one phase, or hand over through a tensor "
+                         "(an output of one phase bound as the input of the next)")
 
 
 def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes: list[Lane],
@@ -884,7 +1003,8 @@ def _check_trip_counts(recipe: Recipe, bound: dict[str, BoundContract],
 
 
 def _lanes(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
-           transfers: list[Transfer], problems: _Problems) -> list[Lane]:
+           transfers: list[Transfer], phases: tuple[Phase, ...],
+           problems: _Problems) -> list[Lane]:
     """Union of component roles joined by register hand-offs, producers first."""
     order = [(n, r) for n, b in bound.items() for r in b.contract.roles]
     parent = {m: m for m in order}
@@ -918,7 +1038,8 @@ def _lanes(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
         lanes.append(Lane("+".join(f"{i}.{r}" for i, r in members), tuple(members),
                           next(iter(warps.values())), regs,
                           any(s.warpgroup for _, s in specs),
-                          _teams(recipe.instances(arch), members, problems)))
+                          _teams(recipe.instances(arch), members, problems),
+                          _phase_index(phases, members[0][0])))
     return lanes
 
 
@@ -1007,7 +1128,13 @@ def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
     return ordered
 
 
-def _workspace(bound: dict[str, BoundContract]) -> tuple[dict[str, GlobalSlots], int]:
+def phase_counter(phase: str) -> str:
+    """The workspace key of a phase's counter: CTAs that finished it (zeroed per launch)."""
+    return f"phase.{phase}"
+
+
+def _workspace(bound: dict[str, BoundContract],
+               phases: tuple[Phase, ...]) -> tuple[dict[str, GlobalSlots], int]:
     """Lays out the slots of every global out port (connected or not: its producer
     writes them either way), then their counters, in recipe order."""
     ports = []
@@ -1042,6 +1169,12 @@ def _workspace(bound: dict[str, BoundContract]) -> tuple[dict[str, GlobalSlots],
             slots = b.eval(count, f"counters.{name}")
             out[f"{inst}.counter.{name}"] = GlobalSlots(offset, 0, offset, slots)
             offset = _align(offset + 4 * slots, WORKSPACE_ALIGN)
+    # A phase that others wait for counts the CTAs done with it.
+    awaited = {d for ph in phases for d in ph.after}
+    for ph in phases:
+        if ph.name in awaited:
+            out[phase_counter(ph.name)] = GlobalSlots(offset, 0, offset, 1)
+            offset = _align(offset + 4, WORKSPACE_ALIGN)
     return out, offset
 
 
@@ -1055,7 +1188,8 @@ def _sized(b: BoundContract, inst: str, value: Any, key: str) -> Sized:
 
 
 def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
-             transfers: list[Transfer], lanes: list[Lane], problems: _Problems) -> Problem:
+             transfers: list[Transfer], lanes: list[Lane], phases: tuple[Phase, ...],
+             problems: _Problems) -> Problem:
     tunables, equal, buffers, barriers, tmem = [], [], [], [], []
     pins = recipe.instances(arch)
     stage_pins = _stage_pins(bound, transfers)
@@ -1130,8 +1264,30 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
         objective = "max_tunables_then_min_smem"
     static = sum(b.eval(b.contract.data.get("static_smem", 0), "static_smem")
                  for b in bound.values())
+    if len(phases) > 1:
+        buffers, barriers, roles = _phase_lives(phases, transfers, buffers, barriers, roles)
     return Problem(arch, tuple(tunables), tuple(equal), tuple(buffers), (), tuple(barriers),
                    tuple(roles), tuple(tmem), objective, static)
+
+
+def _phase_lives(phases: tuple[Phase, ...], transfers: list[Transfer], buffers: list[Buffer],
+                 barriers: list[NamedBarrier], roles: list[Role]) -> tuple[list, list, list]:
+    """In a kernel of several phases, what an instance owns lives in its phase: buffers
+    and named barriers of different phases may share addresses and ids, and roles of
+    different phases share warps. mbarriers stay whole-kernel (memory that held one must
+    be invalidated before it is reused), as does the TMEM address slot."""
+    converters = {t.converter: t.dst.instance for t in transfers if t.kind == "conversion"}
+
+    def live(name: str) -> tuple[int, int]:
+        owner = name.split(".", 1)[0].split("+", 1)[0]
+        i = _phase_index(phases, converters.get(owner, owner))
+        return (i, i + 1)
+
+    buffers = [b if ".mbar." in b.name or b.name == TMEM_ADDRESS_SLOT
+               else dataclasses.replace(b, live=live(b.name)) for b in buffers]
+    barriers = [dataclasses.replace(b, live=live(b.name)) for b in barriers]
+    roles = [dataclasses.replace(r, live=live(r.name)) for r in roles]
+    return buffers, barriers, roles
 
 
 def _pinned(values: tuple[int, ...], pin: Any) -> tuple[int, ...]:

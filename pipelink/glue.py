@@ -26,6 +26,8 @@ from .check import (
     Kernel,
     Lane,
     Transfer,
+    WorkRing,
+    phase_counter,
     team_key,
     tmem_cta_group,
     turn_key,
@@ -137,6 +139,7 @@ class _Glue:
         self.w = _Writer()
         self.params, self.params_bytes = param_layout(kernel)
         self.lane_slots = {lane.name: placement.roles[lane.name] for lane in kernel.lanes}
+        self.ring: WorkRing | None = None     # the work ring of the lane being written
         self.distinct = self._distinct_bounds()
 
     def _distinct_bounds(self) -> dict[tuple[str, str], BoundContract]:
@@ -231,16 +234,22 @@ class _Glue:
                 w(f"__device__ const pl::PipePort pl_cvt_from_{t.converter} = {src};")
                 w(f'extern "C" __device__ const pl::PipePort pl_cvt_to_{t.converter};')
                 w(f"__device__ const pl::PipePort pl_cvt_to_{t.converter} = {dst};")
-        if self.k.work is not None:
-            w(f'extern "C" __device__ const pl::WorkRing {self.work_ring()};')
-            w(f"__device__ const pl::WorkRing {self.work_ring()} = {self.work_ring_value()};")
+        for ring in self.rings():
+            w(f'extern "C" __device__ const pl::WorkRing {self.work_ring(ring)};')
+            w(f"__device__ const pl::WorkRing {self.work_ring(ring)} = "
+              f"{self.work_ring_value(ring)};")
         w()
 
-    def work_ring(self) -> str:
-        return f"pl_work_{self.k.work.producer.instance}"
+    def rings(self) -> list[WorkRing]:
+        """The kernel's work rings: one per phase that has a scheduler."""
+        return [r for r in self.k.works if r is not None]
 
-    def work_ring_value(self) -> str:
-        inst, port = self.k.work.producer.instance, self.k.work.producer.port
+    def work_ring(self, ring: WorkRing | None = None) -> str:
+        """The placed WorkRing constant of `ring` (the lane being written's, by default)."""
+        return f"pl_work_{(ring or self.ring).producer.instance}"
+
+    def work_ring_value(self, ring: WorkRing) -> str:
+        inst, port = ring.producer.instance, ring.producer.port
         records, size = self.p.smem[f"{inst}.{port}.records"]
         full = self.p.smem[f"{inst}.mbar.{port}.full"][0]
         empty = self.p.smem[f"{inst}.mbar.{port}.empty"][0]
@@ -392,18 +401,55 @@ class _Glue:
                     else f"warpgroup >= {first} && warpgroup <= {last}")
             w.open(f"if ({cond})")
             self.setmaxnreg(regs)
-            for lane_name, slot in self.lanes_in(first, last):
-                lane = self.lane_named(lane_name)
-                for team in range(lane.teams if lane else 1):
-                    base = slot.warp_base + team * (lane.warps if lane else 0)
-                    end = base + (lane.warps if lane and lane.teams > 1 else slot.warps)
-                    lo = f"warp >= {base} && " if base else ""
-                    w.open(f"if ({lo}warp < {end})")
-                    self.lane_body(lane_name, team)
-                    w.close()
+            for index, phase in enumerate(k.phases):
+                if k.phased:
+                    w(f"// Phase {index}: {phase.name}.")
+                for lane_name, slot in self.lanes_in(first, last):
+                    if self.lane_phase(lane_name) == index:
+                        self.lane_branches(lane_name, slot)
+                if index + 1 < len(k.phases):
+                    self.phase_boundary(index)
             w.close()
         self.tmem_free()
         w.close()
+
+    def lane_branches(self, lane_name: str, slot: object) -> None:
+        """The lane's warps run its body (each pingpong team in a branch of its own)."""
+        w = self.w
+        lane = self.lane_named(lane_name)
+        for team in range(lane.teams if lane else 1):
+            base = slot.warp_base + team * (lane.warps if lane else 0)
+            end = base + (lane.warps if lane and lane.teams > 1 else slot.warps)
+            lo = f"warp >= {base} && " if base else ""
+            w.open(f"if ({lo}warp < {end})")
+            self.lane_body(lane_name, team)
+            w.close()
+
+    def lane_phase(self, lane_name: str) -> int:
+        lane = self.lane_named(lane_name)
+        if lane is not None:
+            return lane.phase
+        converter = next(t for t in self.k.transfers if t.converter == lane_name)
+        return self.k.phase_of(converter.dst.instance)
+
+    def phase_boundary(self, index: int) -> None:
+        """Every thread of the CTA, between phase `index` and the next: the CTA meets; a
+        phase that others wait for is counted done, grid-wide, and the next phase waits
+        for every CTA to have finished the phases it names (pipelink/phase.cuh)."""
+        w, k = self.w, self.k
+        threads = self.p.threads
+        done, then = k.phases[index], k.phases[index + 1]
+        w(f"pl::phase::end({threads});")
+        counters = [(op, k.workspace[phase_counter(name)].counter_offset, name)
+                    for op, names in (("arrive", [done.name]), ("wait", then.after))
+                    for name in names if phase_counter(name) in k.workspace]
+        if counters:
+            w.open("if (threadIdx.x == 0)")
+            for op, offset, name in counters:
+                w(f"pl::phase::{op}(k, {offset});  // phase '{name}'")
+            w.close()
+        if then.after:
+            w(f"pl::phase::begin({threads});")
 
     def cluster(self) -> list[int]:
         return list(self.k.recipe.launch.get("cluster") or [1, 1, 1])
@@ -512,14 +558,14 @@ class _Glue:
                     offset, size = self.p.smem[team_key(f"{inst}.mbar.{name}", team)]
                     out.append((offset, size // MBARRIER_BYTES, arrivals,
                                 team_key(what, team)))
-        if self.k.work is not None:
-            inst, port = self.k.work.producer.instance, self.k.work.producer.port
+        for ring in self.rings():
+            inst, port = ring.producer.instance, ring.producer.port
             full, size = self.p.smem[f"{inst}.mbar.{port}.full"]
             empty = self.p.smem[f"{inst}.mbar.{port}.empty"][0]
             # One lane of the scheduler fills a record; every consuming warp releases it.
             out.append((full, size // MBARRIER_BYTES, 1, f"{inst}.{port} full"))
-            out.append((empty, size // MBARRIER_BYTES, self.k.work.arrivals,
-                        f"{inst}.{port} empty ({', '.join(self.k.work.consumers)})"))
+            out.append((empty, size // MBARRIER_BYTES, ring.arrivals,
+                        f"{inst}.{port} empty ({', '.join(ring.consumers)})"))
         for t in self.k.transfers:
             if t.kind == "conversion":
                 full = self.p.smem[f"{t.converter}.mbar.full"][0]
@@ -593,6 +639,8 @@ class _Glue:
     def lane_body(self, lane_name: str, team: int = 0) -> None:
         converter = next((t for t in self.k.transfers if t.converter == lane_name), None)
         if converter is not None:
+            works = self.k.works
+            self.ring = works[self.k.phase_of(converter.dst.instance)] if works else None
             return self.converter_body(converter)
         lane = self.lane_named(lane_name)
         w = self.w
@@ -603,7 +651,8 @@ class _Glue:
             b = self.k.bound[inst]
             w(f"{self.ns(b)}{header.type_names(b)[f'state.{role}']} st_{inst}_{role}{{}};")
         self.hooks(lane, "init", team)
-        if self.k.work is not None and lane_name == self.k.work.lane:
+        self.ring = self.k.work_of(lane)
+        if self.ring is not None and lane_name == self.ring.lane:
             self.scheduler_loop(lane)
         else:
             self.work_loop(lane, team)
@@ -636,7 +685,7 @@ class _Glue:
         fields where they use them), or, without a scheduler, this CTA's one tile from
         blockIdx."""
         w = self.w
-        if self.k.work is None:
+        if self.ring is None:
             w("const pl::WorkTile tile{int32_t(blockIdx.x), int32_t(blockIdx.y), "
               "int32_t(blockIdx.z), 0, 0, int32_t(iteration == 0), 0, pl::kRowsUnbounded};")
             w("if (!tile.is_valid()) break;")
@@ -652,14 +701,14 @@ class _Glue:
 
     def done_record(self) -> None:
         """Hands the record's stage back once every role of the warp is done with it."""
-        if self.k.work is None:
+        if self.ring is None:
             return
         ring = self.work_ring()
         self.w(f"pl::work_release({ring}, work);")
         self.w(f"work.advance({ring});")
 
     def open_loop(self) -> None:
-        if self.k.work is None:
+        if self.ring is None:
             self.w.open("for (uint32_t iteration = 0;; ++iteration)")
         else:
             self.w("pl::WorkState work{};")

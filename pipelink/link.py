@@ -202,6 +202,8 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
         "block": [placement.threads, 1, 1],
         "dynamic_smem": placement.smem_bytes,
         "cluster": kernel.recipe.launch.get("cluster", [1, 1, 1]),
+        # CTAs that wait for each other between phases must all be resident.
+        "cooperative": any(ph.after for ph in kernel.phases),
         "params": {"bytes": size, "fields": [
             {"name": f.name, "instance": f.instance, "arg": f.arg, "type": f.type,
              "offset": f.offset, "size": f.size, **f.extra} for f in fields]},

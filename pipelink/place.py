@@ -103,11 +103,13 @@ def spread_registers(problem: Problem, p: Placement) -> tuple[int, ...]:
     producer. Other warpgroups keep their need, so a producer still releases registers."""
     regs = list(p.warpgroup_regs)
     whole = {r.name for r in problem.roles if r.warpgroup}
-    owner = {w: name for name, slot in p.roles.items()
-             for w in range(slot.warp_base, slot.warp_base + slot.warps)}
+    owners: dict[int, set[str]] = {}   # roles of different phases may share a warp
+    for name, slot in p.roles.items():
+        for w in range(slot.warp_base, slot.warp_base + slot.warps):
+            owners.setdefault(w, set()).add(name)
     math = [g for g in range(len(regs))
-            if all(owner.get(w) in whole for w in range(g * WARPGROUP_WARPS,
-                                                        (g + 1) * WARPGROUP_WARPS))]
+            if all(owners.get(w) and owners[w] <= whole
+                   for w in range(g * WARPGROUP_WARPS, (g + 1) * WARPGROUP_WARPS))]
     spare = register_pool(len(regs), problem.limits["regs_per_sm"]) - sum(regs)
     if not math or spare < SETMAXNREG_STEP * len(math):
         return tuple(regs)
@@ -263,7 +265,8 @@ def _check_table(sized: Sized, domains: dict[str, tuple[int, ...]], what: str,
 
 
 def _lives(problem: Problem) -> list[tuple[int, int]]:
-    return [x.live for x in (*problem.buffers, *problem.barriers) if x.live is not None]
+    return [x.live for x in (*problem.buffers, *problem.barriers, *problem.roles)
+            if x.live is not None]
 
 
 def _named_lives(problem: Problem) -> list[tuple[str, tuple[int, int] | None, str]]:
@@ -596,20 +599,28 @@ def _warps(model: cp_model.CpModel, v: Vars, data: Data, explain: bool) -> None:
     roles, most = data.problem.roles, data.limits["max_warps"]
     groups = data.max_warpgroups
     v.warpgroups = model.new_int_var(1 if roles else 0, groups, "warpgroups")
-    intervals = []
+    intervals, times = [], []
     for r in roles:
         span, lits = data.spans[r.name], _when(v, f"role:{r.name}")
         step = WARPGROUP_WARPS if r.warpgroup else 1
         start = model.new_int_var(0, (most - span) // step, f"warp_start[{r.name}]")
         base = start * step
         v.role_base[r.name], v.role_start[r.name] = base, start
+        first, last = r.live or (0, data.phases)
         if lits:
             intervals.append(model.new_optional_fixed_size_interval_var(base, span, lits[0],
                                                                         f"warps[{r.name}]"))
+            times.append(model.new_optional_fixed_size_interval_var(
+                first, last - first, lits[0], f"phases[{r.name}]"))
         else:
             intervals.append(model.new_fixed_size_interval_var(base, span, f"warps[{r.name}]"))
+            times.append(model.new_fixed_size_interval_var(first, last - first,
+                                                           f"phases[{r.name}]"))
         model.add(WARPGROUP_WARPS * v.warpgroups >= base + span).only_enforce_if(lits)
-    model.add_no_overlap(intervals)
+    if data.phases > 1:   # roles of different phases take turns on the same warps
+        model.add_no_overlap_2d(intervals, times)
+    else:
+        model.add_no_overlap(intervals)
     lo, hi = SETMAXNREG_MIN // SETMAXNREG_STEP, SETMAXNREG_MAX // SETMAXNREG_STEP
     for w in range(groups):
         active = model.new_bool_var(f"warpgroup_active[{w}]")
@@ -1042,8 +1053,8 @@ def _verify_warps(problem: Problem, p: Placement, limits: dict[str, int]) -> lis
                 out.append(f"role {r.name}: warpgroup {w} has {p.warpgroup_regs[w]} registers, "
                            f"needs {r.registers}")
     for (ra, a0, a1), (rb, b0, b1) in itertools.combinations(spans, 2):
-        if a0 < b1 and b0 < a1:
-            out.append(f"roles {ra.name} and {rb.name} share warps")
+        if a0 < b1 and b0 < a1 and _overlaps(ra.live or (0, 1 << 30), rb.live or (0, 1 << 30)):
+            out.append(f"roles {ra.name} and {rb.name} share warps in one phase")
     for w, regs in enumerate(p.warpgroup_regs):
         if not SETMAXNREG_MIN <= regs <= SETMAXNREG_MAX or regs % SETMAXNREG_STEP:
             out.append(f"warpgroup {w}: setmaxnreg {regs} not in 24..256 step 8")

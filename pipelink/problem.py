@@ -94,6 +94,8 @@ class Role:
     warpgroup: bool = False        # must start on a warpgroup boundary and span whole ones
     members: tuple[str, ...] = ()  # "instance.role" this Role stands for
     source: str = ""
+    live: tuple[int, int] | None = None   # [first, last) phases; roles of disjoint phases
+                                          # may share warps
 
 
 @dataclass(frozen=True)

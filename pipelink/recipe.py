@@ -25,7 +25,8 @@ from .schema import RECIPE_SCHEMA, Validator
 _VALIDATOR = Validator(RECIPE_SCHEMA)
 _CONNECTION = re.compile(r"^\s*(\w+)\.(\w+)\s*->\s*(\w+)\.(\w+)\s*$")
 MAIN = "main"                                   # the kernel of a single-kernel recipe
-KERNEL_KEYS = ("instances", "connect", "launch")  # what a kernel defines; the rest is shared
+# What a kernel defines; the rest of a multi-kernel recipe is shared by its kernels.
+KERNEL_KEYS = ("instances", "connect", "launch", "phases")
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,10 @@ class Recipe:
         return tuple(self.data["arch"])
 
     @property
-    def phases(self) -> tuple[str, ...]:
-        return tuple(self.data.get("phases", ["main"]))
+    def phases(self) -> dict[str, dict[str, Any]]:
+        """``phases:`` as written (name -> {instances, after}); empty for a kernel of one
+        phase."""
+        return dict(self.data.get("phases", {}))
 
     @property
     def launch(self) -> dict[str, Any]:

@@ -225,8 +225,18 @@ INSTANCES = _map({"oneOf": [
 CONNECT = {"type": "array", "items": CONNECTION,
            "description": "'producer.port -> consumer.port'"}
 
-KERNEL = _obj({"instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH}, ["instances"],
-              "one kernel: the keys a single-kernel recipe has at the top level")
+PHASES = {**_map(_obj({
+    "instances": {"type": "array", "items": IDENT, "minItems": 1, "uniqueItems": True,
+                  "description": "the instances whose roles run in this phase"},
+    "after": {"type": "array", "items": IDENT, "uniqueItems": True,
+              "description": "phases every CTA must have finished, grid-wide, before any "
+                             "CTA starts this one (their results are read here)"},
+}, ["instances"], "one phase"), "phase name -> {instances, after}: the kernel's roles run "
+                                "phase by phase on shared warps, in an order that puts each "
+                                "phase after the ones it names"), "minProperties": 1}
+
+KERNEL = _obj({"instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH, "phases": PHASES},
+              ["instances"], "one kernel: the keys a single-kernel recipe has at the top level")
 
 # grad.<forward output> or <forward input or output>, '.T' for a transposed 2-D copy
 GRAD_INPUT = {"type": "string", "pattern": r"^(grad\.)?[a-z_][a-z0-9_]*(\.T)?$",
@@ -248,8 +258,7 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
     "description": {"type": "string", "description": "free text: what the kernel computes"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the recipe builds"},
-    "phases": {"type": "array", "items": IDENT,
-               "description": "named phases; smem 'live' ranges index these"},
+    "phases": PHASES,
     "instances": INSTANCES,
     "connect": CONNECT,
     "launch": LAUNCH,

@@ -346,15 +346,18 @@ def _first_fit_barriers(problem: Problem, data: Data) -> dict[str, int] | None:
 
 def _first_fit_warps(problem: Problem, data: Data) -> dict[str, RoleSlot] | None:
     most = data.limits["max_warps"]
-    used: list[tuple[int, int]] = []
+    used: list[tuple[int, int, tuple[int, int]]] = []
     out = {}
     for r in problem.roles:
         span = data.spans[r.name]
         step = WARPGROUP_WARPS if r.warpgroup else 1
+        live = r.live or (0, data.phases)
+        # Roles of disjoint phases may share warps.
         base = next((b for b in range(0, most - span + 1, step)
-                     if all(b + span <= u0 or u1 <= b for u0, u1 in used)), None)
+                     if all(b + span <= u0 or u1 <= b or live[1] <= t[0] or t[1] <= live[0]
+                            for u0, u1, t in used)), None)
         if base is None:
             return None
-        used.append((base, base + span))
+        used.append((base, base + span, live))
         out[r.name] = RoleSlot(base, r.warps)
     return out

@@ -178,7 +178,12 @@ class Launch:
         self._workspace = self._slot(WORKSPACE_FIELD)
         self._token = self._slot(LAUNCH_FIELD)
         self._shape = (*grid, *kernel.meta["block"], kernel.meta["dynamic_smem"])
-        self._cu_launch = driver().cuLaunchKernel
+        # A kernel whose CTAs wait for each other between phases launches cooperatively:
+        # the driver refuses a grid that cannot be resident at once, rather than hang.
+        cooperative = bool(kernel.meta.get("cooperative"))
+        self._cu_launch = (driver().cuLaunchCooperativeKernel if cooperative
+                           else driver().cuLaunchKernel)
+        self._extra = () if cooperative else (0,)
         self._success = driver().CUresult.CUDA_SUCCESS
 
     def _slot(self, field: str) -> ctypes.c_uint64 | None:
@@ -228,7 +233,8 @@ class Launch:
         """Launches with no workspace handling (for kernels without hand-off counters)."""
         # cuda.bindings' own call measured faster than a ctypes one on the H200 host
         # (6.0 vs 7.4 us, bench/overhead.py), so the launch stays there.
-        err, = self._cu_launch(self.kernel.function, *self._shape, stream, self._address, 0)
+        err, = self._cu_launch(self.kernel.function, *self._shape, stream, self._address,
+                               *self._extra)
         if err != self._success:
             call((err,), f"launching {self.kernel.name}")
 

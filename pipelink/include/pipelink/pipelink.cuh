@@ -18,6 +18,7 @@
 #include "pipelink/warp.cuh"
 #include "pipelink/global_handoff.cuh"
 #include "pipelink/splitk.cuh"
+#include "pipelink/phase.cuh"
 #include "pipelink/wgmma.cuh"
 #include "pipelink/tcgen05.cuh"
 #include "pipelink/epilogue.cuh"
