@@ -839,7 +839,7 @@ def _schedulers(bound: dict[str, BoundContract], phases: tuple[Phase, ...],
         found = [n for n, b in bound.items() if b.contract.kind == "scheduler"
                  and _phase_index(phases, n) == i]
         if len(found) > 1:
-            key = f"phases.{phase.name}" if len(phases) > 1 else "instances"
+            key = "instances" if phase.name == MAIN_PHASE else f"phases.{phase.name}"
             problems.add(key, "more than one scheduler: " + ", ".join(found),
                          "a phase iterates over one sequence of work tiles: split them "
                          "into phases (phases: {name: {instances: [...]}})")

@@ -1,0 +1,118 @@
+"""Phases: the real mlp recipe (gemm_swiglu then gemm, 'down' after 'up') checked,
+placed and glued without a compiler. The two phases share warps, shared memory and
+named barrier ids; each has its own scheduler and work ring; 'down' waits grid-wide
+for 'up' through a workspace counter the runtime zeroes. Phase mistakes are refused
+naming the recipe, the phase or connection, and what to change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelink.check import check, phase_counter
+from pipelink.contract import load_contract
+from pipelink.errors import CheckError
+from pipelink.glue import generate
+from pipelink.link import place_kernel
+from pipelink.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _check(tmp_path: Path, edit: Any = None):  # noqa: ANN202  (a Kernel)
+    data = yaml.safe_load((ROOT / "recipes" / "mlp.yaml").read_text())
+    if edit:
+        edit(data)
+    path = tmp_path / "recipes" / "mlp.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = load_recipe(path)
+    bound = {inst: load_contract(ROOT / "components" / i.component / "contract.yaml")
+             .bind(i.params) for inst, i in r.instances("sm_90a").items()}
+    return check(r, "sm_90a", bound)
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    kernel = _check(tmp_path_factory.mktemp("mlp"))
+    return kernel, place_kernel(kernel, 1)
+
+
+def test_phases_run_in_order_with_a_ring_each(mlp):
+    kernel, _ = mlp
+    assert [p.name for p in kernel.phases] == ["up", "down"]
+    assert [str(w.producer) for w in kernel.works] == ["up_sched.work", "down_sched.work"]
+    assert {lane.name: lane.phase for lane in kernel.lanes}["down_mma.mma+down_store.store"] == 1
+
+
+def test_phases_share_warps_memory_and_barrier_ids(mlp):
+    _, p = mlp
+    assert p.roles["up_mma.mma+up_act.store"] == p.roles["down_mma.mma+down_store.store"]
+    assert p.roles["up_load.producer"] == p.roles["down_load.producer"]
+    # The down phase's stages reuse the up phase's bytes; the barriers stay apart.
+    assert p.smem["down_load.a_tiles"][0] < sum(p.smem["up_load.b_tiles"])
+    assert p.smem["down_load.mbar.a_full"][0] != p.smem["up_load.mbar.a_full"][0]
+    assert p.barriers["up_act.staged"] == p.barriers["down_store.staged"]
+    assert p.smem_bytes < 2 * (4 * 48 * 1024)   # two phases' rings would not fit side by side
+
+
+def test_down_waits_for_up_grid_wide(mlp):
+    kernel, p = mlp
+    counter = kernel.workspace[phase_counter("up")]
+    assert counter.slots == 1 and phase_counter("down") not in kernel.workspace
+    glue = generate(kernel, p)
+    # Each warpgroup branch ends 'up', counts it, waits for every CTA, then begins 'down'.
+    for step in ("pl::phase::end(384);", f"pl::phase::arrive(k, {counter.counter_offset});",
+                 f"pl::phase::wait(k, {counter.counter_offset});", "pl::phase::begin(384);"):
+        assert glue.count(step) == 2, step
+    body = glue.split("// Phase 0: up.")[1]
+    assert body.index("pl::phase::end") < body.index("// Phase 1: down.")
+    assert body.index("pl_work_up_sched") < body.index("pl::phase::end")
+
+
+def _phases(**phases: Any):  # noqa: ANN202
+    def edit(data: dict[str, Any]) -> None:
+        for name, spec in phases.items():
+            if spec is None:
+                data["phases"].pop(name)
+            else:
+                data["phases"][name] = spec
+    return edit
+
+
+def _launch(key: str, value: Any):  # noqa: ANN202
+    def edit(data: dict[str, Any]) -> None:
+        data["launch"][key] = value
+    return edit
+
+
+UP = ["up_sched", "up_load", "up_mma", "up_act"]
+DOWN = ["down_sched", "down_load", "down_mma", "down_store"]
+
+
+@pytest.mark.parametrize("edit,words", [
+    (_phases(up={"instances": UP, "after": ["down"]}),
+     ["phases.", "cycle", "up -> down -> up"]),
+    (_phases(down={"instances": DOWN[:-1], "after": ["up"]}),
+     ["instances.down_store", "in no phase", "up, down"]),
+    (_phases(down={"instances": DOWN + ["up_act"], "after": ["up"]}),
+     ["phases.down.instances", "'up_act' is in phases 'up' and 'down'"]),
+    (_phases(down={"instances": DOWN, "after": ["upp"]}),
+     ["phases.down.after", "'upp', which is not a phase"]),
+    (_phases(up={"instances": UP[:-1]}, down={"instances": DOWN + ["up_act"],
+                                              "after": ["up"]}),
+     ["connect[5]", "'up_mma.acc' is in phase 'up'", "cannot cross phases", "a tensor"]),
+    (_launch("persistent", False), ["launch.persistent", "resident"]),
+    (_phases(up={"instances": UP + DOWN}, down=None),
+     ["phases.up", "more than one scheduler: up_sched, down_sched"]),
+])
+def test_phase_mistakes_are_refused(tmp_path, edit, words):
+    with pytest.raises(CheckError) as err:
+        _check(tmp_path, edit)
+    text = str(err.value)
+    assert "recipes/mlp.yaml" in text
+    for word in words:
+        assert word in text, text
