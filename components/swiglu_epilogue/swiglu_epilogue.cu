@@ -31,9 +31,6 @@ constexpr uint32_t kThreads = kTileM / pl::epi::kRowsPerWarp * pl::kWarpThreads;
 constexpr uint32_t kAccCount = pl::epi::kRowsPerWarpgroup * kTileN / pl::kWarpgroupThreads;
 constexpr uint32_t kChunks = kOutN / kStoreN;               // TMA stores per tile
 constexpr uint32_t kBlocksPerChunk = kStoreN / pl::epi::kBlockCols;
-constexpr uint32_t kFloatsPerPair = 2 * pl::epi::kFloatsPerBlock;  // gate block + up block
-constexpr uint32_t kUp = pl::epi::kFloatsPerBlock;         // up block follows its gate block
-constexpr uint32_t kLower = pl::epi::kFloatsPerBlock / 2;  // floats of the row 8 below
 constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);  // (TILE_M, STORE_N)
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
@@ -46,11 +43,6 @@ static_assert(kChunks % kBuffers == 0,
               "staging buffers rotate per chunk across tiles: make tile_n / 2 / store_n a "
               "multiple of buffers");
 static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
-
-// silu(gate) * up for this thread's pair of elements in one row of an output block.
-__device__ __forceinline__ uint32_t swiglu_pair(float gate0, float gate1, float up0, float up1) {
-  return pl::epi::pack_bf16x2(pl::epi::swiglu(gate0, up0), pl::epi::swiglu(gate1, up1));
-}
 
 // Epilogue's perspective, per tile: every thread turns its gate/up pairs into output
 // blocks chunk by chunk in the staging tile; the issuer stores each complete chunk.
@@ -71,19 +63,7 @@ extern "C" __device__ void pl_swiglu_epilogue_store(const pl_place_swiglu_epilog
   for (uint32_t c = 0; c < kChunks; ++c) {
     const uint32_t buffer = at.smem.staging + (c % kBuffers) * kStagingBytes;
     out.begin();
-#pragma unroll
-    for (uint32_t b = 0; b < kBlocksPerChunk; b += 2) {
-      const uint32_t f = (c * kBlocksPerChunk + b) * kFloatsPerPair;  // gate of output block
-      const uint32_t g = f + kFloatsPerPair;                           // ... and of the next
-      const uint32_t packed[4] = {
-          swiglu_pair(acc[f], acc[f + 1], acc[f + kUp], acc[f + kUp + 1]),
-          swiglu_pair(acc[f + kLower], acc[f + kLower + 1], acc[f + kUp + kLower],
-                      acc[f + kUp + kLower + 1]),
-          swiglu_pair(acc[g], acc[g + 1], acc[g + kUp], acc[g + kUp + 1]),
-          swiglu_pair(acc[g + kLower], acc[g + kLower + 1], acc[g + kUp + kLower],
-                      acc[g + kUp + kLower + 1])};
-      pl::epi::stage_block_pair(buffer, first_row, b, packed);
-    }
+    pl::epi::stage_chunk_swiglu<kBlocksPerChunk>(buffer, first_row, c, acc);
     out.finish(args.tma_out, buffer, col + int32_t(c * kStoreN), row);
   }
 }

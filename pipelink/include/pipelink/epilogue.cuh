@@ -150,6 +150,29 @@ __device__ __forceinline__ void stage_chunk_bf16(uint32_t buffer, uint32_t first
   }
 }
 
+// Layout "wgmma_f32_m64nN_wg_rows" over a GEMM whose columns interleave gate and up in
+// blocks of 8 (components/swiglu_epilogue): accumulator block 2p is gate, 2p + 1 the
+// matching up, so a thread holds both halves of every output it writes. Computes
+// silu(gate) * up for output chunk `chunk` (BLOCKS 8-column output blocks) in fp32 and
+// stages it as bf16 into the swizzled tile at `buffer`.
+template <uint32_t BLOCKS, uint32_t ACC>
+__device__ __forceinline__ void stage_chunk_swiglu(uint32_t buffer, uint32_t first_row,
+                                                   uint32_t chunk, const float (&acc)[ACC]) {
+  constexpr uint32_t kPair = 2 * kFloatsPerBlock;   // a gate block and its up block
+  constexpr uint32_t kUp = kFloatsPerBlock;         // up follows its gate block
+  constexpr uint32_t kLower = kFloatsPerBlock / 2;  // floats of the row 8 below
+  const auto pair = [&](uint32_t f) {
+    return pack_bf16x2(swiglu(acc[f], acc[f + kUp]), swiglu(acc[f + 1], acc[f + kUp + 1]));
+  };
+#pragma unroll
+  for (uint32_t b = 0; b < BLOCKS; b += 2) {
+    const uint32_t f = (chunk * BLOCKS + b) * kPair;  // gate of output block b
+    const uint32_t g = f + kPair;                     // ... and of block b + 1
+    const uint32_t packed[4] = {pair(f), pair(f + kLower), pair(g), pair(g + kLower)};
+    stage_block_pair(buffer, first_row, b, packed);
+  }
+}
+
 // Row layout "tmem_f32_m128_rows" (an M = 128 accumulator read back from Tensor Memory
 // with tcgen05.ld.32x32b): thread t of the reading warpgroup holds row t, a chunk of
 // consecutive columns at a time. Rounds one STORE_N-column chunk of the thread's row to
