@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from pipelink import interleave_gate_up
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROTATE, ceilings, flushed, geomean, interleaved  # noqa: E402
 
@@ -30,13 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(4096, 2 * 11008, 4096)]          # (K, N = 2 I, D): a Llama-7B MLP
 MS = [128, 512, 2048, 8192]
 BASELINES = ("cublas_act", "compiled")
-INTERLEAVE = 8
-
-
-def interleave(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    i, k = w_gate.shape
-    return torch.stack([w_gate.view(i // INTERLEAVE, INTERLEAVE, k),
-                        w_up.view(i // INTERLEAVE, INTERLEAVE, k)], dim=1).reshape(2 * i, k)
 
 
 def baselines() -> dict:
@@ -62,7 +57,8 @@ def inputs(m: int, k: int, n: int, d: int) -> list[dict[str, torch.Tensor]]:
         wg, wu = torch.randn(2, n // 2, k, device="cuda", dtype=torch.bfloat16) / math.sqrt(k)
         w2 = torch.randn(d, n // 2, device="cuda", dtype=torch.bfloat16) / math.sqrt(n // 2)
         sets.append({"x": torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
-                     "wg": wg, "wu": wu, "w_cat": torch.cat([wg, wu]), "w1": interleave(wg, wu),
+                     "wg": wg, "wu": wu, "w_cat": torch.cat([wg, wu]),
+                     "w1": interleave_gate_up(wg, wu),
                      "w2": w2,
                      "h": torch.empty(m, n // 2, device="cuda", dtype=torch.bfloat16),
                      "y": torch.empty(m, d, device="cuda", dtype=torch.bfloat16)})

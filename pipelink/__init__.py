@@ -9,3 +9,10 @@ def load(path: str):  # noqa: ANN201  (the runtime's op type)
     """Loads a built kernel folder as a callable (see :mod:`pipelink.runtime`)."""
     from .runtime import load as _load
     return _load(path)
+
+
+def interleave_gate_up(w_gate, w_up):  # noqa: ANN001, ANN201  (torch tensors)
+    """The gate/up weight layout of the SwiGLU recipes (see
+    :func:`pipelink.runtime.weights.interleave_gate_up`)."""
+    from .runtime.weights import interleave_gate_up as _interleave
+    return _interleave(w_gate, w_up)

@@ -22,11 +22,9 @@ REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm",
 
 
 def interleave(w_gate, w_up):  # noqa: ANN001, ANN201  (torch tensors)
-    """W[16q + r] = W_gate[8q + r], W[16q + 8 + r] = W_up[8q + r]."""
-    import torch
-    i, k = w_gate.shape
-    return torch.stack([w_gate.view(i // INTERLEAVE, INTERLEAVE, k),
-                        w_up.view(i // INTERLEAVE, INTERLEAVE, k)], dim=1).reshape(2 * i, k)
+    """W[16q + r] = W_gate[8q + r], W[16q + 8 + r] = W_up[8q + r] (pipelink's helper)."""
+    from pipelink import interleave_gate_up
+    return interleave_gate_up(w_gate, w_up)
 
 
 def run(folder: str, recipe: str, m: int, n: int, k: int, seed: int = 0) -> float:
