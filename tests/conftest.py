@@ -167,3 +167,11 @@ class Tree:
 @pytest.fixture
 def tree(tmp_path: Path) -> Tree:
     return Tree(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def object_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder of component objects for the whole session. Objects are named by
+    component, params hash and arch, and rebuilt only when stale, so the test modules
+    that link the same components compile each once."""
+    return tmp_path_factory.mktemp("objects")

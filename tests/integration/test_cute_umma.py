@@ -128,7 +128,7 @@ def _pair_cute_recipe(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def linked(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict:
     """Objects of the four recipes for sm_100a, gemm_cute linked (with PTX) and
     monolithic, the others linked: {"objects": {recipe: {instance: path}},
     (recipe, mode): LinkResult}."""
@@ -147,7 +147,7 @@ def linked(tmp_path_factory: pytest.TempPathFactory) -> dict:
             ROOT / "recipes" / f"{PAIR_HAND}.yaml": linked_only}
     for path, modes in runs.items():
         recipe = load_recipe(path)
-        objects = build_objects(recipe, ARCH, index, out / "obj")
+        objects = build_objects(recipe, ARCH, index, object_dir)
         results["objects"][recipe.name] = objects
         for mode, opts in modes:
             results[(recipe.name, mode)] = link_kernel(recipe, objects,

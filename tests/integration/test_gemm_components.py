@@ -143,11 +143,10 @@ RECIPES = {"gemm": "store", "gemm_swiglu": "swiglu"}
 
 
 @pytest.fixture(scope="module")
-def recipe_objects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
-    out = tmp_path_factory.mktemp("gemm_recipes")
+def recipe_objects(object_dir: Path) -> dict[str, dict[str, Path]]:
     index = default_index(ROOT)
     return {r: build_objects(load_recipe(ROOT / "recipes" / f"{r}.yaml"), "sm_90a", index,
-                             out / "obj") for r in RECIPES}
+                             object_dir) for r in RECIPES}
 
 
 @pytest.mark.parametrize("recipe,epilogue", sorted(RECIPES.items()))

@@ -31,14 +31,14 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 @pytest.fixture(scope="module")
-def linear(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def linear(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict[str, Path]:
     """arch -> the folder linear.yaml linked into."""
     out = tmp_path_factory.mktemp("linear")
     index = default_index(ROOT)
     recipe = load_recipe(ROOT / "recipes" / "linear.yaml")
     folders, objects = {}, {}
     for arch in ARCHS:
-        objects[arch] = {k: build_objects(view, arch, index, out / "obj" / arch)
+        objects[arch] = {k: build_objects(view, arch, index, object_dir)
                          for k, view in recipe.kernels().items()}
         link_recipe(recipe, objects[arch], out / arch, LinkOptions(arch), index=index)
         folders[arch] = out / arch
@@ -46,7 +46,7 @@ def linear(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     link_recipe(recipe, objects["sm_90a"], out / "mono", LinkOptions("sm_90a", mode="mono"),
                 kernels=["dgrad"], index=index)
     gemm = load_recipe(ROOT / "recipes" / "gemm.yaml")
-    link_recipe(gemm, {MAIN: build_objects(gemm, "sm_90a", index, out / "obj" / "sm_90a")},
+    link_recipe(gemm, {MAIN: build_objects(gemm, "sm_90a", index, object_dir)},
                 out / "gemm", LinkOptions("sm_90a"), index=index)
     folders["mono"], folders["gemm"] = out / "mono", out / "gemm"
     return folders

@@ -21,11 +21,11 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def linked(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict[str, object]:
     out = tmp_path_factory.mktemp("phases")
     recipe = load_recipe(ROOT / "recipes" / "mlp.yaml")
     index = default_index(ROOT)
-    objects = build_objects(recipe, "sm_90a", index, out / "obj")
+    objects = build_objects(recipe, "sm_90a", index, object_dir)
     return {mode: link_kernel(recipe, objects, out / mode, LinkOptions("sm_90a", mode=mode),
                               index=index) for mode in ("linked", "mono")}
 

@@ -22,11 +22,11 @@ K_STEPS = 64 // 16        # wgmma per k-tile in one copy of the mainloop
 
 
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def linked(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict[str, object]:
     out = tmp_path_factory.mktemp("pingpong")
     recipe = load_recipe(ROOT / "recipes" / "gemm_pingpong.yaml")
     index = default_index(ROOT)
-    objects = build_objects(recipe, "sm_90a", index, out / "obj")
+    objects = build_objects(recipe, "sm_90a", index, object_dir)
     return {mode: link_kernel(recipe, objects, out / mode, LinkOptions("sm_90a", mode=mode),
                               index=index) for mode in ("linked", "mono")}
 

@@ -90,7 +90,8 @@ def test_contracts_meet_at_one_tmem_layout():
 # -- built, linked, disassembled -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], object]:
+def linked(tmp_path_factory: pytest.TempPathFactory,
+           object_dir: Path) -> dict[tuple[str, str], object]:
     """(recipe, mode) -> LinkResult for sm_100a, linked (with PTX) and monolithic."""
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
@@ -99,7 +100,7 @@ def linked(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], ob
     results = {}
     for name in RECIPES:
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
-        objects = build_objects(recipe, ARCH, index, out / "obj")
+        objects = build_objects(recipe, ARCH, index, object_dir)
         for mode, opts in (("linked", LinkOptions(ARCH, emit_ptx=True)),
                            ("mono", LinkOptions(ARCH, mode="mono"))):
             results[(name, mode)] = link_kernel(recipe, objects, out / name / mode, opts,
@@ -188,14 +189,14 @@ PAIR_IDESC = (1 << 4) | (1 << 7) | (1 << 10) | ((TILE_N >> 3) << 17) | ((PAIR_M 
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def pair(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict[str, object]:
     """mode -> LinkResult of gemm_pair for sm_100a."""
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
     out = tmp_path_factory.mktemp("pair")
     index = default_index(ROOT)
     recipe = load_recipe(ROOT / "recipes" / "gemm_pair.yaml")
-    objects = build_objects(recipe, ARCH, index, out / "obj")
+    objects = build_objects(recipe, ARCH, index, object_dir)
     return {mode: link_kernel(recipe, objects, out / mode, opts, index=index)
             for mode, opts in (("linked", LinkOptions(ARCH, emit_ptx=True)),
                                ("mono", LinkOptions(ARCH, mode="mono")))}

@@ -40,8 +40,10 @@ def _cutlass_missing() -> bool:
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("work_ring")
+def out(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("work_ring")
+    (out / "obj").symlink_to(object_dir)      # the session's objects: compiled once
+    return out
 
 
 def _link(out: Path, name: str, arch: str, mode: str = "linked", kernel: str = "main"):
@@ -49,7 +51,7 @@ def _link(out: Path, name: str, arch: str, mode: str = "linked", kernel: str = "
     if "cute" in name and _cutlass_missing():
         pytest.skip("needs the CUTLASS headers (pip install nvidia-cutlass==4.2.0.0)")
     index = default_index(ROOT)
-    objects = build_objects(recipe, arch, index, out / "obj" / arch)
+    objects = build_objects(recipe, arch, index, out / "obj")
     return link_kernel(recipe, objects, out / mode / arch / recipe.name,
                        LinkOptions(arch, mode=mode, emit_ptx=mode == "linked"), index=index)
 
