@@ -204,7 +204,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
                   for i, sched in enumerate(schedulers))
     _check_trip_counts(recipe, bound, transfers, problems)
     _check_tmem_buffers(bound, problems)
-    allocator = _tmem_allocator(bound, problems)
+    allocator = _tmem_allocator(bound, phases, problems)
     _check_cta_pairs(recipe, bound, problems)
     problems.raise_if_any()
     workspace, workspace_bytes = _workspace(bound, phases)
@@ -616,27 +616,33 @@ def _check_cta_pairs(recipe: Recipe, bound: dict[str, BoundContract],
                      "add cluster: [2, 1, 1] under launch:")
 
 
-def _tmem_allocator(bound: dict[str, BoundContract],
+def _tmem_allocator(bound: dict[str, BoundContract], phases: tuple[Phase, ...],
                     problems: _Problems) -> tuple[str, str] | None:
-    """The one role whose first warp allocates the kernel's Tensor Memory (uses:
-    [tmem_alloc]); None when no component asks for Tensor Memory."""
+    """The role whose first warp allocates the kernel's Tensor Memory (uses:
+    [tmem_alloc]): one per phase at most (phases run on the same warps, and the kernel
+    allocates once, for its widest phase); the first phase's. None when no component
+    asks for Tensor Memory."""
     users = [inst for inst, b in bound.items() if b.contract.section("tmem")]
     owners = [(inst, role) for inst, b in bound.items()
               for role, spec in sorted(b.contract.roles.items()) if "tmem_alloc" in spec.uses]
+    per_phase: dict[int, list[tuple[str, str]]] = {}
+    for owner in owners:
+        per_phase.setdefault(_phase_index(phases, owner[0]), []).append(owner)
+    crowded = next((o for o in per_phase.values() if len(o) > 1), None)
     if users and not owners:
         problems.add(f"instances.{users[0]}",
                      f"{', '.join(users)} ask(s) for Tensor Memory, but no role allocates it",
                      "give the role that issues the MMAs 'uses: [tmem_alloc]' in its contract")
-    elif len(owners) > 1:
-        problems.add(f"instances.{owners[1][0]}",
+    elif crowded:
+        problems.add(f"instances.{crowded[1][0]}",
                      "Tensor Memory is allocated once per CTA, but roles "
-                     + ", ".join(f"{i}.{r}" for i, r in owners) + " all say uses: [tmem_alloc]",
+                     + ", ".join(f"{i}.{r}" for i, r in crowded) + " all say uses: [tmem_alloc]",
                      "keep tmem_alloc on one role (the one that issues the MMAs)")
     elif owners and not users:
         problems.warn(f"instances.{owners[0][0]}",
                       f"{owners[0][0]}.{owners[0][1]} allocates Tensor Memory, but no "
                       "component asks for any")
-    return owners[0] if users and len(owners) == 1 else None
+    return owners[0] if users and owners and not crowded else None
 
 
 def _arrivals(bound: dict[str, BoundContract], end: Endpoint) -> int:
@@ -1265,17 +1271,20 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
     static = sum(b.eval(b.contract.data.get("static_smem", 0), "static_smem")
                  for b in bound.values())
     if len(phases) > 1:
-        buffers, barriers, roles = _phase_lives(phases, transfers, buffers, barriers, roles)
+        buffers, barriers, roles, tmem = _phase_lives(phases, transfers, buffers, barriers,
+                                                      roles, tmem)
     return Problem(arch, tuple(tunables), tuple(equal), tuple(buffers), (), tuple(barriers),
                    tuple(roles), tuple(tmem), objective, static)
 
 
 def _phase_lives(phases: tuple[Phase, ...], transfers: list[Transfer], buffers: list[Buffer],
-                 barriers: list[NamedBarrier], roles: list[Role]) -> tuple[list, list, list]:
-    """In a kernel of several phases, what an instance owns lives in its phase: buffers
-    and named barriers of different phases may share addresses and ids, and roles of
-    different phases share warps. mbarriers stay whole-kernel (memory that held one must
-    be invalidated before it is reused), as does the TMEM address slot."""
+                 barriers: list[NamedBarrier], roles: list[Role],
+                 tmem: list[TmemAlloc]) -> tuple[list, list, list, list]:
+    """In a kernel of several phases, what an instance owns lives in its phase: buffers,
+    named barriers and Tensor Memory columns of different phases may share addresses,
+    ids and columns, and roles of different phases share warps. mbarriers stay
+    whole-kernel (memory that held one must be invalidated before it is reused), as
+    does the TMEM address slot."""
     converters = {t.converter: t.dst.instance for t in transfers if t.kind == "conversion"}
 
     def live(name: str) -> tuple[int, int]:
@@ -1287,7 +1296,8 @@ def _phase_lives(phases: tuple[Phase, ...], transfers: list[Transfer], buffers: 
                else dataclasses.replace(b, live=live(b.name)) for b in buffers]
     barriers = [dataclasses.replace(b, live=live(b.name)) for b in barriers]
     roles = [dataclasses.replace(r, live=live(r.name)) for r in roles]
-    return buffers, barriers, roles
+    tmem = [dataclasses.replace(t, live=live(t.name)) for t in tmem]
+    return buffers, barriers, roles, tmem
 
 
 def _pinned(values: tuple[int, ...], pin: Any) -> tuple[int, ...]:

@@ -439,6 +439,10 @@ class _Glue:
         w, k = self.w, self.k
         threads = self.p.threads
         done, then = k.phases[index], k.phases[index + 1]
+        # The next phase's MMAs may write the columns this phase's epilogues read.
+        tmem = bool(self.tmem_columns())
+        if tmem:
+            w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
         w(f"pl::phase::end({threads});")
         counters = [(op, k.workspace[phase_counter(name)].counter_offset, name)
                     for op, names in (("arrive", [done.name]), ("wait", then.after))
@@ -450,6 +454,8 @@ class _Glue:
             w.close()
         if then.after:
             w(f"pl::phase::begin({threads});")
+        if tmem:
+            w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
 
     def cluster(self) -> list[int]:
         return list(self.k.recipe.launch.get("cluster") or [1, 1, 1])

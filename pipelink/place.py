@@ -265,8 +265,8 @@ def _check_table(sized: Sized, domains: dict[str, tuple[int, ...]], what: str,
 
 
 def _lives(problem: Problem) -> list[tuple[int, int]]:
-    return [x.live for x in (*problem.buffers, *problem.barriers, *problem.roles)
-            if x.live is not None]
+    return [x.live for x in (*problem.buffers, *problem.barriers, *problem.roles,
+                             *problem.tmem) if x.live is not None]
 
 
 def _named_lives(problem: Problem) -> list[tuple[str, tuple[int, int] | None, str]]:
@@ -661,9 +661,13 @@ def _tmem(model: cp_model.CpModel, v: Vars, data: Data) -> None:
         v.tmem[t.name] = cols
         used.append(_present_size(model, cols, t.columns.max(), _when(v, f"tmem:{t.name}"),
                                   f"present_columns[{t.name}]"))
-    if used:
-        # Powers of two packed largest first never leave a hole: the sum is the whole test.
-        model.add(sum(used) <= data.limits["tmem_columns"])
+    # Powers of two packed largest first never leave a hole: the sum of what is live at
+    # once (in one phase) is the whole test.
+    for p in range(data.phases):
+        live = [u for u, t in zip(used, data.problem.tmem, strict=True)
+                if (t.live or (0, data.phases))[0] <= p < (t.live or (0, data.phases))[1]]
+        if live:
+            model.add(sum(live) <= data.limits["tmem_columns"])
 
 
 # -- solve --------------------------------------------------------------------------------
@@ -908,12 +912,21 @@ def _extract(data: Data, solver: cp_model.CpSolver, v: Vars) -> Placement:
 
 def pack_tmem(problem: Problem, columns: dict[str, int]) -> dict[str, tuple[int, int]]:
     """Column offsets: largest allocation first (then problem order), each at the running
-    sum, which powers of two keep aligned to their own size."""
-    order = sorted(problem.tmem, key=lambda t: -columns[t.name])
-    out, at = {}, 0
-    for t in order:
-        out[t.name] = (at, columns[t.name])
-        at += columns[t.name]
+    sum, which powers of two keep aligned to their own size. What lives in every phase
+    goes first; each phase packs its own allocations after it, from the same column, so
+    phases that never run together share columns."""
+    whole = [t for t in problem.tmem if t.live is None]
+    phases = sorted({t.live for t in problem.tmem if t.live is not None})
+    out, base = {}, 0
+    for t in sorted(whole, key=lambda t: -columns[t.name]):
+        out[t.name] = (base, columns[t.name])
+        base += columns[t.name]
+    for live in phases:
+        at = base
+        for t in sorted((t for t in problem.tmem if t.live == live),
+                        key=lambda t: -columns[t.name]):
+            out[t.name] = (at, columns[t.name])
+            at += columns[t.name]
     return {t.name: out[t.name] for t in problem.tmem}
 
 
@@ -1080,10 +1093,10 @@ def _verify_tmem(problem: Problem, p: Placement, limits: dict[str, int]) -> list
         if got[0] % got[1] or got[0] + got[1] > limits["tmem_columns"]:
             out.append(f"tmem {t.name}: columns {got[0]}+{got[1]} misaligned or beyond "
                        f"{limits['tmem_columns']}")
-        cols.append((t.name, got[0], got[0] + got[1]))
-    for (na, a0, a1), (nb, b0, b1) in itertools.combinations(cols, 2):
-        if a0 < b1 and b0 < a1:
-            out.append(f"tmem {na} and {nb} overlap")
+        cols.append((t.name, got[0], got[0] + got[1], t.live or (0, 1 << 30)))
+    for (na, a0, a1, la), (nb, b0, b1, lb) in itertools.combinations(cols, 2):
+        if a0 < b1 and b0 < a1 and _overlaps(la, lb):
+            out.append(f"tmem {na} and {nb} overlap in one phase")
     return out
 
 

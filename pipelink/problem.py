@@ -103,6 +103,7 @@ class TmemAlloc:
     name: str
     columns: Sized                 # power of two >= 32
     source: str = ""
+    live: tuple[int, int] | None = None   # [first, last) phases; disjoint ones share columns
 
 
 @dataclass(frozen=True)

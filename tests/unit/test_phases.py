@@ -22,7 +22,7 @@ from pipelink.recipe import load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _check(tmp_path: Path, edit: Any = None):  # noqa: ANN202  (a Kernel)
+def _check(tmp_path: Path, edit: Any = None, arch: str = "sm_90a"):  # noqa: ANN202  (a Kernel)
     data = yaml.safe_load((ROOT / "recipes" / "mlp.yaml").read_text())
     if edit:
         edit(data)
@@ -31,8 +31,8 @@ def _check(tmp_path: Path, edit: Any = None):  # noqa: ANN202  (a Kernel)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     r = load_recipe(path)
     bound = {inst: load_contract(ROOT / "components" / i.component / "contract.yaml")
-             .bind(i.params) for inst, i in r.instances("sm_90a").items()}
-    return check(r, "sm_90a", bound)
+             .bind(i.params) for inst, i in r.instances(arch).items()}
+    return check(r, arch, bound)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,22 @@ def test_down_waits_for_up_grid_wide(mlp):
     body = glue.split("// Phase 0: up.")[1]
     assert body.index("pl::phase::end") < body.index("// Phase 1: down.")
     assert body.index("pl_work_up_sched") < body.index("pl::phase::end")
+
+
+def test_phases_share_tensor_memory_on_sm100(tmp_path):
+    """Each phase's MMA warp wants all 512 columns (two 256-column accumulators): the
+    phases take turns on them, the first phase's MMA role allocates, and the glue fences
+    tcgen05 traffic around the CTA barrier between the phases."""
+    kernel = _check(tmp_path, arch="sm_100a")
+    p = place_kernel(kernel, 1)
+    assert p.tmem == {"up_mma.acc": (0, 512), "down_mma.acc": (0, 512)}
+    assert kernel.tmem_allocator == ("up_mma", "mma")
+    glue = generate(kernel, p)
+    boundary = glue.split("// Phase 0: up.")[1].split("// Phase 1: down.")[0]
+    order = [boundary.index("tcgen05.fence::before_thread_sync"),
+             boundary.index("pl::phase::end"), boundary.index("pl::phase::begin"),
+             boundary.index("tcgen05.fence::after_thread_sync")]
+    assert order == sorted(order)
 
 
 def _phases(**phases: Any):  # noqa: ANN202
