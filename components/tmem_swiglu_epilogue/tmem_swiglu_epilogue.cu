@@ -22,35 +22,12 @@ constexpr uint32_t kStoreN = Params::store_n;               // output columns pe
 constexpr uint32_t kChunkN = 2 * kStoreN;                   // accumulator columns behind them
 constexpr uint32_t kBuffers = Params::buffers;
 constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);
-constexpr uint32_t kBlock = 8;                              // the interleave's block of rows
-constexpr uint32_t kPieces = kStoreN / kBlock;              // 16-byte pieces per staging row
 
 using Tile = pl::epi::TmemTile<kTileM, kTileN, kChunkN, kBuffers, kStagingBytes>;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
 static_assert(kStoreN * sizeof(Element) == pl::epi::kSwizzleRowBytes,
               "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
-static_assert(kBlock * sizeof(Element) == pl::epi::kChunkBytes,
-              "one interleave block of outputs is one 16-byte staging piece");
-
-// Outputs 8q .. 8q + 7 of the chunk come from gate columns 16q .. 16q + 7 and up
-// columns 16q + 8 .. 16q + 15: one 16-byte piece of the staging row each.
-__device__ __forceinline__ void stage_swiglu_row(uint32_t buffer, uint32_t row,
-                                                 const float (&v)[kChunkN]) {
-#pragma unroll
-  for (uint32_t q = 0; q < kPieces; ++q) {
-    const float* gate = v + 2 * kBlock * q;
-    const float* up = gate + kBlock;
-    uint32_t packed[kBlock / 2];
-#pragma unroll
-    for (uint32_t i = 0; i < kBlock / 2; ++i) {
-      packed[i] = pl::epi::pack_bf16x2(pl::epi::swiglu(gate[2 * i], up[2 * i]),
-                                       pl::epi::swiglu(gate[2 * i + 1], up[2 * i + 1]));
-    }
-    pl::st_shared_v4(buffer + pl::epi::sw128_offset(row, q), packed[0], packed[1], packed[2],
-                     packed[3]);
-  }
-}
 
 // Epilogue's perspective, per tile: each chunk of a row becomes store_n outputs,
 // staged; the issuer stores the chunk at its place in Y.
@@ -63,7 +40,7 @@ extern "C" __device__ void pl_tmem_swiglu_epilogue_store(
   const int32_t col = tile.n_block * int32_t(kOutN);
   walk.run(
       [](uint32_t buffer, uint32_t r, const float (&v)[kChunkN], uint32_t) {
-        stage_swiglu_row(buffer, r, v);
+        pl::epi::stage_swiglu_row<kStoreN>(buffer, r, v);
       },
       walk.tma_store<kStoreN>(args.tma_out, col, row));
 }

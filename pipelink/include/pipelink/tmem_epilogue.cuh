@@ -163,4 +163,30 @@ struct TmemTile {
   }
 };
 
+// Layout "tmem_f32_m128_rows" over a GEMM whose columns interleave gate and up in
+// blocks of 8 (components/swiglu_epilogue): a thread's row chunk v of 2 STORE_N columns
+// holds gate columns 16q .. 16q + 7 and up columns 16q + 8 .. 16q + 15 for outputs
+// 8q .. 8q + 7. Computes silu(gate) * up in fp32 and writes the STORE_N outputs as bf16,
+// one 16-byte piece per block, into row `row` of the swizzled staging tile at `buffer`.
+template <uint32_t STORE_N>
+__device__ __forceinline__ void stage_swiglu_row(uint32_t buffer, uint32_t row,
+                                                 const float (&v)[2 * STORE_N]) {
+  constexpr uint32_t kBlock = 8;                    // the interleave's block of rows
+  constexpr uint32_t kPieces = STORE_N / kBlock;    // 16-byte pieces per staging row
+  static_assert(kBlock * sizeof(__nv_bfloat16) == kChunkBytes,
+                "one interleave block of outputs is one 16-byte staging piece");
+#pragma unroll
+  for (uint32_t q = 0; q < kPieces; ++q) {
+    const float* gate = v + 2 * kBlock * q;
+    const float* up = gate + kBlock;
+    uint32_t packed[kBlock / 2];
+#pragma unroll
+    for (uint32_t i = 0; i < kBlock / 2; ++i) {
+      packed[i] = pack_bf16x2(swiglu(gate[2 * i], up[2 * i]),
+                              swiglu(gate[2 * i + 1], up[2 * i + 1]));
+    }
+    st_shared_v4(buffer + sw128_offset(row, q), packed[0], packed[1], packed[2], packed[3]);
+  }
+}
+
 }  // namespace pl::epi
