@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 from functools import partial
@@ -32,7 +31,8 @@ except ImportError:  # the report step runs where PyTorch is not installed
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+sys.path.insert(0, str(ROOT / "bench"))
+from results_md import put_section  # noqa: E402
 
 SHAPES = [(4096, 2 * 11008), (4096, 2 * 14336), (8192, 2 * 28672),   # (K, N = 2 I)
           (3584, 2 * 18944)]
@@ -298,11 +298,7 @@ def report(path: Path) -> None:
                      f"{f['linked']:.3f} | {f['mono']:.3f} | {f['cublas_act']:.3f} | "
                      f"{f['compiled']:.3f} | {f['eager']:.3f} | "
                      f"{strongest(f) / f['linked']:.2f} | {ds} | {r['floor_swiglu']:.3f} |")
-    section = "\n".join(lines) + "\n"
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text() if results.is_file() else "# Benchmark results\n"
-    text = re.sub(r"## GEMM and GEMM \+ SwiGLU.*?(?=\n## |\Z)", "", text, flags=re.S).rstrip()
-    results.write_text(text + "\n\n" + section)
+    put_section("## GEMM and GEMM + SwiGLU", "\n".join(lines))
     (ROOT / "bench" / "gemm_swiglu.svg").write_text(speedup_svg(rows))
 
 

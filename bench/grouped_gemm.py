@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from results_md import put_section  # noqa: E402
 
 from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
 
@@ -174,11 +175,7 @@ def report(path: Path) -> None:
                      f"{e['mono']:.3f} | {e['grouped_mm']:.3f} | "
                      f"{e['grouped_mm'] / e['linked']:.2f} | {d.get('linked', 0):.3f} | "
                      f"{d.get('grouped_mm', 0):.3f} | {dx} | {r['floor_ms']:.3f} |")
-    section = "\n".join(lines) + "\n"
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text()
-    text = re.sub(r"## Grouped GEMM.*?(?=\n## |\Z)", "", text, flags=re.S).rstrip()
-    results.write_text(text + "\n\n" + section)
+    put_section("## Grouped GEMM", "\n".join(lines))
 
 
 def main() -> None:

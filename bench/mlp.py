@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from pipelink import interleave_gate_up
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROTATE, ceilings, flushed, geomean, interleaved  # noqa: E402
+from results_md import put_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(4096, 2 * 11008, 4096)]          # (K, N = 2 I, D): a Llama-7B MLP
@@ -142,13 +142,7 @@ def report(path: Path) -> None:
                      f"{e['two_launches'] / e['linked']:.3f}x | {fb} | {r['floor']:.3f} |")
     lines += ["", f"Geometric mean, linked vs the best PyTorch MLP (events): "
                   f"{geomean(ratios):.3f}x.", ""]
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text()
-    section = "\n".join(lines)
-    pattern = re.compile(r"## MLP in two phases.*?(?=\n## |\Z)", re.S)
-    text = pattern.sub(section.rstrip() + "\n", text) if pattern.search(text) \
-        else text.rstrip() + "\n\n" + section
-    results.write_text(text)
+    put_section("## MLP in two phases", "\n".join(lines))
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from pipelink import interleave_gate_up
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROTATE, ceilings, flushed, geomean, interleaved  # noqa: E402
 from grouped_gemm import routed_sizes  # noqa: E402
+from results_md import put_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [("mixtral-like", 8192, 2, 8, 4096, 14336), ("fine-grained", 16384, 6, 64, 2048, 1408)]
@@ -145,13 +145,7 @@ def report(path: Path) -> None:
                      f"{r['floor']:.3f} |")
     lines += ["", f"Geometric mean vs the torch._grouped_mm path (events): "
                   f"{geomean(ratios):.3f}x.", ""]
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text()
-    section = "\n".join(lines)
-    pattern = re.compile(r"## MoE expert FFN.*?(?=\n## |\Z)", re.S)
-    text = pattern.sub(section.rstrip() + "\n", text) if pattern.search(text) \
-        else text.rstrip() + "\n\n" + section
-    results.write_text(text)
+    put_section("## MoE expert FFN", "\n".join(lines))
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from results_md import put_section  # noqa: E402
 
 M, N, K = 128, 256, 64          # one tile of the gemm recipe: launch cost dominates
 BURST = 64                      # calls per timed burst (well under the launch queue)
@@ -130,11 +131,7 @@ def report(path: Path) -> None:
               f"host; a plain call {'meets' if rows['op(x, w)'] <= TARGET_US else 'misses'} "
               f"the {TARGET_US:g} us target, `op.prepare` "
               f"{'meets' if rows['op.prepare(...)()'] <= TARGET_US else 'misses'} it."]
-    section = "\n".join(lines) + "\n"
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text()
-    text = re.sub(r"## Host overhead per call.*?(?=\n## |\Z)", "", text, flags=re.S).rstrip()
-    results.write_text(text + "\n\n" + section)
+    put_section("## Host overhead per call", "\n".join(lines))
 
 
 def main() -> None:
