@@ -381,9 +381,14 @@ def _check_roles(problem: Problem, limits: dict[str, int]) -> dict[str, int]:
                 f"most {SETMAXNREG_MAX}", (f"role:{r.name}",), where=r.source or None)
         # wgmma and setmaxnreg act on whole warpgroups: such a role owns all four warps
         spans[r.name] = _round_up(r.warps, WARPGROUP_WARPS) if r.warpgroup else r.warps
-    if sum(spans.values()) > most:
-        core = list(problem.roles)
-        for r in problem.roles:   # drop what is not needed to go over: a minimal set
+    # Roles of one phase run side by side; phases take turns on the warps.
+    phases = max([1] + [r.live[1] for r in problem.roles if r.live])
+    crowded = max((p for p in range(phases)), key=lambda p: sum(
+        spans[r.name] for r in problem.roles if _live_in(r.live, p)))
+    side_by_side = [r for r in problem.roles if _live_in(r.live, crowded)]
+    if sum(spans[r.name] for r in side_by_side) > most:
+        core = list(side_by_side)
+        for r in side_by_side:    # drop what is not needed to go over: a minimal set
             if sum(spans[x.name] for x in core) - spans[r.name] > most:
                 core.remove(r)
         listing = " + ".join(f"{r.name} {spans[r.name]}" for r in core)
@@ -394,6 +399,10 @@ def _check_roles(problem: Problem, limits: dict[str, int]) -> dict[str, int]:
             tuple(f"role:{r.name}" for r in core),
             hint="fewer consumer warpgroups, or split the kernel")
     return spans
+
+
+def _live_in(live: tuple[int, int] | None, phase: int) -> bool:
+    return live is None or live[0] <= phase < live[1]
 
 
 def _check_tmem(problem: Problem, limits: dict[str, int],

@@ -23,9 +23,11 @@ struct Cursor {
 static_assert(sizeof(Cursor) == 16, "the contract places a 16-byte cursor");
 
 // The end of problem g's rows, clamped so that rows never run backwards or past A.
+// Read through L2, not the read-only path: an earlier phase of the same launch may have
+// written the ends (an MoE router's dispatch).
 __device__ __forceinline__ int32_t clamped_end(const pl_args_grouped_scheduler& args,
                                                uint32_t g, int32_t row_begin) {
-  const int32_t end = __ldg(args.ends + g);
+  const int32_t end = __ldcg(args.ends + g);
   return min(max(end, row_begin), int32_t(args.rows));
 }
 
