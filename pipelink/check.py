@@ -740,6 +740,15 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
             for i, dim in enumerate(spec.get("shape", [])):
                 if not (group == "inputs" and isinstance(dim, str) and dim.isidentifier()):
                     names_known(dim, f"launch.{group}.{name}.shape[{i}]")
+    for i, condition in enumerate(launch.get("require", [])):
+        key = f"launch.require[{i}]"
+        try:
+            left, _, right = expr.comparison(condition, where=recipe.where(key))
+        except ContractError as exc:
+            problems.add(key, exc.message, exc.hint or "")
+            continue
+        names_known(left, key)
+        names_known(right, key)
     if not launch.get("persistent"):
         for i, dim in enumerate(launch.get("grid", [])):
             names_known(dim, f"launch.grid[{i}]")

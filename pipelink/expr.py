@@ -221,3 +221,25 @@ class _Evaluator(ast.NodeVisitor):
             raise self.fail(f"sizeof({arg}): {dtype!r} is not a dtype",
                             "dtypes: " + ", ".join(DTYPE_BYTES))
         return DTYPE_BYTES[dtype]
+
+
+COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
+               ast.NotEq: "!="}
+
+
+def comparison(text: str, *, where: str = "") -> tuple[str, str, str]:
+    """(left, operator, right) of a condition such as 'E <= 64'; each side is an
+    expression :func:`names` accepts."""
+    try:
+        node = ast.parse(str(text).strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1
+            and type(node.ops[0]) in COMPARISONS):
+        raise ContractError(f"cannot read condition {text!r}", where=where or None,
+                            hint="write one comparison of two size expressions, e.g. "
+                                 "'E <= 64' or 'D % 8 == 0'")
+    left, right = ast.unparse(node.left), ast.unparse(node.comparators[0])
+    names(left, where=where)
+    names(right, where=where)
+    return left, COMPARISONS[type(node.ops[0])], right

@@ -200,6 +200,10 @@ LAUNCH = _obj(description="how the host launches the kernel", props={
     "outputs": _map(TENSOR, "allocated outputs: name -> {dtype, shape}"),
     "bind": {"type": "object", "description": "instance.arg -> a tensor's name or a host "
                                               "expression over sizes (and num_sms)"},
+    "require": {"type": "array", "items": {"type": "string"},
+                "description": "conditions on sizes every call must meet, each one "
+                               "comparison ('E <= 64', 'D % 8 == 0'): a call that breaks "
+                               "one is refused before launch, naming it"},
     "workspace": {"type": "string", "description": "reserved"},
 })
 

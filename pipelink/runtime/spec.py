@@ -43,6 +43,7 @@ class LaunchSpec:
     # tensor name -> the kernel fields it is passed as
     fields_of: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     cluster: tuple[int, int, int] = (1, 1, 1)   # compiled in (__cluster_dims__)
+    require: tuple[str, ...] = ()               # conditions on sizes, checked per call
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> LaunchSpec:
@@ -62,7 +63,8 @@ class LaunchSpec:
         return cls(inputs, outputs, dict(launch.get("bind", {})),
                    tuple(launch.get("grid", [1])), bool(launch.get("persistent")),
                    {k: tuple(v) for k, v in fields_of.items()},
-                   tuple((list(meta.get("cluster") or [1, 1, 1]) + [1, 1])[:3]))
+                   tuple((list(meta.get("cluster") or [1, 1, 1]) + [1, 1])[:3]),
+                   tuple(launch.get("require", [])))
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -96,7 +98,24 @@ class LaunchSpec:
             if actual != wanted:
                 raise RuntimeLaunchError(f"input '{spec.name}' has shape {actual}, expected "
                                          f"{wanted} from {list(spec.shape)}")
+        self.check_require(sizes)
         return sizes
+
+    def check_require(self, sizes: Mapping[str, Any]) -> None:
+        """Every launch.require condition holds for these sizes (what the kernel was
+        built for: a table's capacity, an alignment), or the call is refused naming it."""
+        for i, condition in enumerate(self.require):
+            left, op, right = expr.comparison(condition, where=f"launch.require[{i}]")
+            a = evaluate(left, sizes, f"require[{i}]")
+            b = evaluate(right, sizes, f"require[{i}]")
+            if not _COMPARE[op](a, b):
+                used = sorted((expr.names(left) | expr.names(right)) & set(sizes))
+                here = ", ".join(f"{n} = {sizes[n]}" for n in used) or f"{a} {op} {b} is false"
+                raise RuntimeLaunchError(
+                    f"the kernel requires {condition}, but here {here}",
+                    where=f"kernel.json launch.require[{i}]",
+                    hint="the objects were built for this bound: change the inputs, or "
+                         "rebuild with larger params")
 
     def output_shapes(self, sizes: Mapping[str, Any]) -> dict[str, list[Any]]:
         return {o.name: [evaluate(d, sizes, f"outputs.{o.name}") for d in o.shape]
@@ -126,6 +145,10 @@ def evaluate(text: Any, sizes: Mapping[str, Any], key: str) -> Any:
         return _Eval(sizes, text, key).visit(ast.parse(str(text).strip(), mode="eval").body)
     except PipeLinkError as exc:
         raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
+
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+            "==": operator.eq, "!=": operator.ne}
 
 
 class _Eval(ast.NodeVisitor):

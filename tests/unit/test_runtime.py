@@ -199,3 +199,21 @@ def test_runtime_imports_without_build_tools():
             "for m in ('ortools', 'SCons', 'yaml', 'jsonschema'): sys.modules[m] = None\n"
             "import pipelink, pipelink.runtime\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_launch_require_refuses_sizes_the_objects_were_not_built_for():
+    """launch.require: a condition on sizes every call must meet, checked before launch
+    and named in the error with the sizes that break it."""
+    from pipelink.runtime.spec import LaunchSpec
+    meta = {"params": {"fields": []},
+            "launch": {"inputs": [{"name": "w", "dtype": "bf16", "shape": ["E", "D"]}],
+                       "require": ["E <= 64", "D % 8 == 0"]}}
+    spec = LaunchSpec.from_meta(meta)
+    assert spec.sizes({"w": (64, 136)}, {"w": "bf16"}) == {"E": 64, "D": 136}
+    with pytest.raises(RuntimeLaunchError) as err:
+        spec.sizes({"w": (65, 136)}, {"w": "bf16"})
+    assert "requires E <= 64" in str(err.value) and "E = 65" in str(err.value)
+    assert "launch.require[0]" in str(err.value)
+    with pytest.raises(RuntimeLaunchError) as err:
+        spec.sizes({"w": (8, 100)}, {"w": "bf16"})
+    assert "D % 8 == 0" in str(err.value) and "D = 100" in str(err.value)
