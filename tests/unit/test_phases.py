@@ -22,11 +22,12 @@ from pipelink.recipe import load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _check(tmp_path: Path, edit: Any = None, arch: str = "sm_90a"):  # noqa: ANN202  (a Kernel)
-    data = yaml.safe_load((ROOT / "recipes" / "mlp.yaml").read_text())
+def _check(tmp_path: Path, edit: Any = None, arch: str = "sm_90a",
+           recipe: str = "mlp"):  # noqa: ANN202  (a Kernel)
+    data = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
     if edit:
         edit(data)
-    path = tmp_path / "recipes" / "mlp.yaml"
+    path = tmp_path / "recipes" / f"{recipe}.yaml"
     path.parent.mkdir(parents=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     r = load_recipe(path)
@@ -89,6 +90,21 @@ def test_phases_share_tensor_memory_on_sm100(tmp_path):
     assert order == sorted(order)
 
 
+def test_five_phases_of_moe_forward_take_turns_on_the_warps(tmp_path):
+    """dispatch, permute, up, down, combine: three phases without a scheduler (one pass
+    per CTA), two with one; 8-warp data-movement roles reuse the consumer warps, and
+    each phase waits for the one before it."""
+    kernel = _check(tmp_path, recipe="moe_forward")
+    assert [ph.name for ph in kernel.phases] == ["dispatch", "permute", "up", "down",
+                                                 "combine"]
+    assert [w is not None for w in kernel.works] == [False, False, True, True, False]
+    assert [phase_counter(n) in kernel.workspace for n in
+            ("dispatch", "permute", "up", "down", "combine")] == [True] * 4 + [False]
+    p = place_kernel(kernel, 1)
+    assert p.threads == 384          # the GEMM phases' warps; the others fit inside them
+    assert p.smem["dispatch.counts"][0] < p.smem_bytes
+
+
 def _phases(**phases: Any):  # noqa: ANN202
     def edit(data: dict[str, Any]) -> None:
         for name, spec in phases.items():
@@ -132,3 +148,17 @@ def test_phase_mistakes_are_refused(tmp_path, edit, words):
     assert "recipes/mlp.yaml" in text
     for word in words:
         assert word in text, text
+
+
+@pytest.mark.parametrize("condition,words", [
+    ("Q <= 64", ["launch.require[3]", "names size Q", "sizes here"]),
+    ("E <", ["launch.require[3]", "cannot read condition", "one comparison"]),
+    ("D", ["launch.require[3]", "cannot read condition"]),
+])
+def test_launch_require_names_known_sizes(tmp_path, condition, words):
+    def edit(data: dict[str, Any]) -> None:
+        data["launch"]["require"].append(condition)
+    with pytest.raises(CheckError) as err:
+        _check(tmp_path, edit)
+    for word in words:
+        assert word in str(err.value), str(err.value)
