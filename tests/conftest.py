@@ -175,3 +175,29 @@ def object_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     component, params hash and arch, and rebuilt only when stale, so the test modules
     that link the same components compile each once."""
     return tmp_path_factory.mktemp("objects")
+
+
+@pytest.fixture(scope="session")
+def link_repo_kernel(tmp_path_factory: pytest.TempPathFactory, object_dir: Path):  # noqa: ANN201
+    """link(name, arch, mode="linked", kernel="main") -> LinkResult of a recipe in
+    recipes/, linked once per session (linked with PTX, or monolithic) and shared by every
+    test module that reads it: the same inputs give the same bytes, so relinking in each
+    module only costs CI time."""
+    from pipelink.build import build_objects, default_index
+    from pipelink.link import LinkOptions, link_kernel
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("linked")
+    index = default_index(root)
+    cache: dict[tuple[str, str, str, str], Any] = {}
+
+    def link(name: str, arch: str, mode: str = "linked", kernel: str = "main") -> Any:
+        key = (name, arch, mode, kernel)
+        if key not in cache:
+            recipe = load_recipe(root / "recipes" / f"{name}.yaml").select([kernel])[kernel]
+            objects = build_objects(recipe, arch, index, object_dir)
+            cache[key] = link_kernel(recipe, objects, out / mode / arch / recipe.name,
+                                     LinkOptions(arch, mode=mode, emit_ptx=mode == "linked"),
+                                     index=index)
+        return cache[key]
+    return link

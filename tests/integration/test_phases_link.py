@@ -10,10 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.build import build_objects, default_index
-from pipelink.link import LinkOptions, link_kernel
-from pipelink.recipe import load_recipe
-
 from .sass import sass, sass_instructions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,15 +17,8 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 @pytest.fixture(scope="module", params=["sm_90a", "sm_100a"])
-def linked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           object_dir: Path) -> dict[str, object]:
-    arch = request.param
-    out = tmp_path_factory.mktemp(f"phases_{arch}")
-    recipe = load_recipe(ROOT / "recipes" / "mlp.yaml")
-    index = default_index(ROOT)
-    objects = build_objects(recipe, arch, index, object_dir)
-    return {mode: link_kernel(recipe, objects, out / mode, LinkOptions(arch, mode=mode),
-                              index=index) for mode in ("linked", "mono")}
+def linked(request: pytest.FixtureRequest, link_repo_kernel) -> dict[str, object]:  # noqa: ANN001
+    return {mode: link_repo_kernel("mlp", request.param, mode) for mode in ("linked", "mono")}
 
 
 def test_linked_and_monolithic_sass_are_identical(linked):

@@ -10,10 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.build import build_objects, default_index
-from pipelink.link import LinkOptions, link_kernel
-from pipelink.recipe import load_recipe
-
 from .sass import sass, sass_instructions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,13 +18,8 @@ K_STEPS = 64 // 16        # wgmma per k-tile in one copy of the mainloop
 
 
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict[str, object]:
-    out = tmp_path_factory.mktemp("pingpong")
-    recipe = load_recipe(ROOT / "recipes" / "gemm_pingpong.yaml")
-    index = default_index(ROOT)
-    objects = build_objects(recipe, "sm_90a", index, object_dir)
-    return {mode: link_kernel(recipe, objects, out / mode, LinkOptions("sm_90a", mode=mode),
-                              index=index) for mode in ("linked", "mono")}
+def linked(link_repo_kernel) -> dict[str, object]:  # noqa: ANN001
+    return {mode: link_repo_kernel("gemm_pingpong", "sm_90a", mode) for mode in ("linked", "mono")}
 
 
 def test_linked_and_monolithic_sass_are_identical(linked):

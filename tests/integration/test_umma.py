@@ -90,22 +90,12 @@ def test_contracts_meet_at_one_tmem_layout():
 # -- built, linked, disassembled -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def linked(tmp_path_factory: pytest.TempPathFactory,
-           object_dir: Path) -> dict[tuple[str, str], object]:
+def linked(link_repo_kernel) -> dict[tuple[str, str], object]:  # noqa: ANN001
     """(recipe, mode) -> LinkResult for sm_100a, linked (with PTX) and monolithic."""
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
-    out = tmp_path_factory.mktemp("umma")
-    index = default_index(ROOT)
-    results = {}
-    for name in RECIPES:
-        recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
-        objects = build_objects(recipe, ARCH, index, object_dir)
-        for mode, opts in (("linked", LinkOptions(ARCH, emit_ptx=True)),
-                           ("mono", LinkOptions(ARCH, mode="mono"))):
-            results[(name, mode)] = link_kernel(recipe, objects, out / name / mode, opts,
-                                                index=index)
-    return results
+    return {(name, mode): link_repo_kernel(name, ARCH, mode)
+            for name in RECIPES for mode in ("linked", "mono")}
 
 
 def _ptx(result) -> str:

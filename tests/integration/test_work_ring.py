@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.build import build_objects, default_index
 from pipelink.compile import cutlass_include
 from pipelink.errors import ToolchainError
-from pipelink.link import LinkOptions, link_kernel
 from pipelink.recipe import load_recipe
 
 from .sass import sass, sass_instructions
@@ -40,24 +38,18 @@ def _cutlass_missing() -> bool:
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> Path:
-    out = tmp_path_factory.mktemp("work_ring")
-    (out / "obj").symlink_to(object_dir)      # the session's objects: compiled once
-    return out
+def out(link_repo_kernel):  # noqa: ANN001, ANN201
+    return link_repo_kernel       # the session's links: each recipe linked once
 
 
-def _link(out: Path, name: str, arch: str, mode: str = "linked", kernel: str = "main"):
-    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml").select([kernel])[kernel]
+def _link(link, name: str, arch: str, mode: str = "linked", kernel: str = "main"):  # noqa: ANN001, ANN202
     if "cute" in name and _cutlass_missing():
         pytest.skip("needs the CUTLASS headers (pip install nvidia-cutlass==4.2.0.0)")
-    index = default_index(ROOT)
-    objects = build_objects(recipe, arch, index, out / "obj")
-    return link_kernel(recipe, objects, out / mode / arch / recipe.name,
-                       LinkOptions(arch, mode=mode, emit_ptx=mode == "linked"), index=index)
+    return link(name, arch, mode, kernel)
 
 
 @pytest.fixture(scope="module")
-def gemm(out: Path) -> dict[str, object]:
+def gemm(out) -> dict[str, object]:  # noqa: ANN001
     return {mode: _link(out, "gemm", "sm_90a", mode) for mode in ("linked", "mono")}
 
 
