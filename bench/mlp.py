@@ -14,7 +14,6 @@ and triton's do_bench (L2 flushed). The floor is both GEMMs at the measured bf16
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -26,7 +25,7 @@ from pipelink import interleave_gate_up
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROTATE, ceilings, flushed, geomean, interleaved  # noqa: E402
-from results_md import put_section  # noqa: E402
+from results_md import bench_main, put_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = [(4096, 2 * 11008, 4096)]          # (K, N = 2 I, D): a Llama-7B MLP
@@ -146,16 +145,7 @@ def report(path: Path) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--build", default=str(ROOT / "build" / "gpu"))
-    p.add_argument("--json")
-    p.add_argument("--report")
-    p.add_argument("--rounds", type=int, default=9)
-    a = p.parse_args()
-    if a.report:
-        report(Path(a.report))
-        return
-    run(Path(a.build), a.rounds, Path(a.json) if a.json else None)
+    bench_main(run, report)
 
 
 if __name__ == "__main__":

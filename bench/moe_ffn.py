@@ -16,7 +16,6 @@ medians over rotated inputs, and triton's do_bench (L2 flushed).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -29,7 +28,7 @@ from pipelink import interleave_gate_up
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROTATE, ceilings, flushed, geomean, interleaved  # noqa: E402
 from grouped_gemm import routed_sizes  # noqa: E402
-from results_md import put_section  # noqa: E402
+from results_md import bench_main, put_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [("mixtral-like", 8192, 2, 8, 4096, 14336), ("fine-grained", 16384, 6, 64, 2048, 1408)]
@@ -149,16 +148,7 @@ def report(path: Path) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--build", default=str(ROOT / "build" / "gpu"))
-    p.add_argument("--json")
-    p.add_argument("--report")
-    p.add_argument("--rounds", type=int, default=9)
-    a = p.parse_args()
-    if a.report:
-        report(Path(a.report))
-        return
-    run(Path(a.build), a.rounds, Path(a.json) if a.json else None)
+    bench_main(run, report)
 
 
 if __name__ == "__main__":

@@ -201,3 +201,20 @@ def link_repo_kernel(tmp_path_factory: pytest.TempPathFactory, object_dir: Path)
                                      index=index)
         return cache[key]
     return link
+
+
+def check_repo_recipe(tmp_path: Path, recipe: str, arch: str = "sm_90a",
+                      edit: Any = None) -> Kernel:
+    """A recipe from recipes/ (edited by `edit(data)` if given, written under tmp_path so
+    errors name a file) checked against the repo's component contracts, no compiler."""
+    root = Path(__file__).resolve().parents[1]
+    data = yaml.safe_load((root / "recipes" / f"{recipe}.yaml").read_text())
+    if edit:
+        edit(data)
+    path = tmp_path / "recipes" / f"{recipe}.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    r = load_recipe(path)
+    bound = {inst: load_contract(root / "components" / i.component / "contract.yaml")
+             .bind(i.params) for inst, i in r.instances(arch).items()}
+    return check(r, arch, bound)

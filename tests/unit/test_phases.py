@@ -10,30 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from pipelink.check import check, phase_counter
-from pipelink.contract import load_contract
+from pipelink.check import Kernel, phase_counter
 from pipelink.errors import CheckError
 from pipelink.glue import generate
 from pipelink.link import place_kernel
-from pipelink.recipe import load_recipe
+
+from ..conftest import check_repo_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _check(tmp_path: Path, edit: Any = None, arch: str = "sm_90a",
-           recipe: str = "mlp"):  # noqa: ANN202  (a Kernel)
-    data = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
-    if edit:
-        edit(data)
-    path = tmp_path / "recipes" / f"{recipe}.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    r = load_recipe(path)
-    bound = {inst: load_contract(ROOT / "components" / i.component / "contract.yaml")
-             .bind(i.params) for inst, i in r.instances(arch).items()}
-    return check(r, arch, bound)
+           recipe: str = "mlp") -> Kernel:
+    return check_repo_recipe(tmp_path, recipe, arch, edit)
 
 
 @pytest.fixture(scope="module")

@@ -11,30 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from pipelink.check import check
-from pipelink.contract import load_contract
+from pipelink.check import Kernel
 from pipelink.errors import CheckError
 from pipelink.glue import generate
 from pipelink.link import place_kernel
-from pipelink.recipe import load_recipe
+
+from ..conftest import check_repo_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _check(tmp_path: Path, recipe: str = "gemm_pingpong", arch: str = "sm_90a",
-           edit: Any = None):  # noqa: ANN202  (a Kernel)
-    data = yaml.safe_load((ROOT / "recipes" / f"{recipe}.yaml").read_text())
-    if edit:
-        edit(data)
-    path = tmp_path / "recipes" / f"{recipe}.yaml"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    r = load_recipe(path)
-    bound = {inst: load_contract(ROOT / "components" / i.component / "contract.yaml")
-             .bind(i.params) for inst, i in r.instances(arch).items()}
-    return check(r, arch, bound)
+           edit: Any = None) -> Kernel:
+    return check_repo_recipe(tmp_path, recipe, arch, edit)
 
 
 def test_each_team_has_its_own_staging_and_barrier(tmp_path):
