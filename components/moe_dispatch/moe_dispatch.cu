@@ -11,7 +11,7 @@
 using Params = pl_params_moe_dispatch;
 
 constexpr uint32_t kMaxExperts = Params::max_experts;
-constexpr uint32_t kThreads = 8 * pl::kWarpThreads;       // the role's threads
+constexpr uint32_t kThreads = Params::warps * pl::kWarpThreads;   // the role's threads
 constexpr int32_t kNoRow = -1;                            // an id outside [0, E)
 
 // The sorting CTA's perspective, once per launch.
