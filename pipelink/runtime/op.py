@@ -262,7 +262,9 @@ class Op:
         return plan
 
     def _make_plan(self, tensors: dict[str, Any], given: dict[str, Any]) -> Plan:
-        infos = {n: tensor_info(t, f"input '{n}'") for n, t in tensors.items()}
+        expected = {spec.name: spec.dtype for spec in self.spec.inputs}
+        infos = {n: tensor_info(t, f"input '{n}'", expected.get(n))
+                 for n, t in tensors.items()}
         for name, info in infos.items():
             self._check_device(f"input '{name}'", info)
         sizes = self.spec.sizes({n: i.shape for n, i in infos.items()},

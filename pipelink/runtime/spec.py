@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import expr
 from ..errors import PipeLinkError, RuntimeLaunchError
+from .tensors import torch_name
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -88,7 +89,7 @@ class LaunchSpec:
             if dtypes[spec.name] != spec.dtype:
                 raise RuntimeLaunchError(f"input '{spec.name}' is {dtypes[spec.name]}, "
                                          f"expected {spec.dtype}",
-                                         hint=f"convert it (.to({_torch_name(spec.dtype)}))")
+                                         hint=f"convert it (.to({torch_name(spec.dtype)}))")
             for dim, want in zip(shape, spec.shape, strict=True):
                 if isinstance(want, str) and want.isidentifier() and want not in sizes:
                     sizes[want] = dim
@@ -200,7 +201,3 @@ def _sym(name: str) -> Callable[..., Any]:
     except (ImportError, AttributeError):
         return {"min": min, "max": max}[name]
 
-
-def _torch_name(dtype: str) -> str:
-    return {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16",
-            "i32": "torch.int32"}.get(dtype, dtype)

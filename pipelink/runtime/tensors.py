@@ -24,6 +24,12 @@ _TMA_DTYPES = {"f32": "FLOAT32", "bf16": "BFLOAT16", "f16": "FLOAT16", "u8": "UI
 _SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
 
 
+
+def torch_name(dtype: str) -> str:
+    """PyTorch's spelling of a contract dtype ("i32" -> "torch.int32"), for hints."""
+    names = {ours: f"torch.{theirs}" for theirs, ours in TORCH_DTYPES.items()}
+    return names.get(dtype, dtype)
+
 @dataclass(frozen=True)
 class TensorInfo:
     ptr: int
@@ -46,11 +52,15 @@ class TensorInfo:
                                         for d, s in zip(self.shape, self.strides, strict=True)))
 
 
-def tensor_info(obj: Any, what: str) -> TensorInfo:
+def tensor_info(obj: Any, what: str, expected: str | None = None) -> TensorInfo:
     """What a launch needs of a tensor, from PyTorch or __cuda_array_interface__;
-    ``what`` names it in errors ("argument 'load.src'", "input 'x'")."""
+    ``what`` names it in errors ("argument 'load.src'", "input 'x'"), ``expected`` is
+    the dtype the kernel reads, where known, so a dtype no kernel reads names it too."""
     if hasattr(obj, "data_ptr") and hasattr(obj, "dtype"):
         dtype = TORCH_DTYPES.get(str(obj.dtype).removeprefix("torch."))
+        if dtype is None and expected is not None:
+            raise RuntimeLaunchError(f"{what} is {obj.dtype}, expected {expected}",
+                                     hint=f"convert it (.to({torch_name(expected)}))")
         if dtype is None:
             raise RuntimeLaunchError(f"{what}: unsupported dtype {obj.dtype}",
                                      hint="dtypes: " + ", ".join(sorted(TORCH_DTYPES)))
