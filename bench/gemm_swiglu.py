@@ -39,9 +39,13 @@ SHAPES = [(4096, 2 * 11008), (4096, 2 * 14336), (8192, 2 * 28672),   # (K, N = 2
 MS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 SWIGLU_BASELINES = ("cublas_act", "compiled", "eager")
 # Rivals of the cooperative kernels, timed where built: name -> (kernel, recipe).
-VARIANTS = {"multicast": ("gemm", "gemm_multicast"), "pingpong": ("gemm", "gemm_pingpong"),
+VARIANTS = {"streamk": ("gemm", "gemm_streamk"),
+            "swiglu_streamk": ("gemm_swiglu", "gemm_swiglu_streamk"),
+            "multicast": ("gemm", "gemm_multicast"), "pingpong": ("gemm", "gemm_pingpong"),
             "swiglu_pingpong": ("gemm_swiglu", "gemm_swiglu_pingpong")}
-VARIANT_WHAT = {"multicast": "clusters of 2, B multicast",
+VARIANT_WHAT = {"streamk": "stream-K in place of the split-K tail",
+                "swiglu_streamk": "stream-K in place of the split-K tail",
+                "multicast": "clusters of 2, B multicast",
                 "pingpong": "consumer warpgroups in ping-pong",
                 "swiglu_pingpong": "consumer warpgroups in ping-pong"}
 ROTATE = 3              # input sets cycled through, so W is re-read from HBM

@@ -26,7 +26,7 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     # overwrite them.
     "grouped_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
     # One GEMM whose tiles may be split along K (split-K): each piece's fp32 partial
-    # accumulators meet in the workspace, and only the last piece stores the tile. A
+    # accumulators meet in the workspace, and only piece 0 stores the tile. A
     # consumer that ignored k_splits would store a partial sum as the result.
     "split_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
 }

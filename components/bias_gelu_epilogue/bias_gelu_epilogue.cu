@@ -51,7 +51,7 @@ extern "C" __device__ void pl_bias_gelu_epilogue_store(const pl_place_bias_gelu_
                                                        float (&acc)[kAccCount]) {
   const uint32_t thread = pl::thread_in_role(at.role.store);
   if (!pl::splitk::combine<kAccCount, kThreads>(tile, k, acc, thread, at.bar.staged)) {
-    return;   // a piece of a split tile: its partial is published, the last piece stores
+    return;   // a piece of a split tile: its partial is published, piece 0 stores
   }
   const uint32_t first_row = pl::epi::warp_row(thread);
   const pl::epi::StagedStore<kBuffers> out{at.bar.staged, kThreads, thread == 0};

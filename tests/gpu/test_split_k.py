@@ -1,7 +1,8 @@
-"""The split-K tail (splitk_scheduler + pipelink/splitk.cuh) on the H200: shapes whose
-last wave is split along K, compared element by element with fp32 PyTorch, bitwise
-equal from launch to launch (the pieces add up in a fixed order), and replayed from a
-CUDA graph with new inputs (the per-tile counters are zeroed inside the graph)."""
+"""Tiles cut along K on the H200: the split-K tail (splitk_scheduler) and stream-K
+(streamk_scheduler), both through pipelink/splitk.cuh. Shapes whose last wave is cut,
+compared element by element with fp32 PyTorch, bitwise equal from launch to launch (the
+pieces add up in a fixed order), and replayed from a CUDA graph with new inputs (the
+flags are reset inside the graph)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,18 @@ pytestmark = pytest.mark.gpu
 
 ATOL, RTOL = 3e-2, 2e-2   # bf16 output of fp32 accumulation over K up to 4096
 
-# (M, N, K): tiles of 128 x 256 against 132 SMs, and how the tail splits
+# (M, N, K): tiles of 128 x 256 against 132 SMs; how split-K / stream-K cut them
 SPLIT_SHAPES = [
-    (300, 1000, 2048),     # 12 tiles, all tail: 8 pieces each
-    (256, 22016, 4096),    # 172 tiles: one whole wave, 40 tail tiles in 3 pieces
-    (128, 37888, 3584),    # 148 tiles: 16 tail tiles in 8 pieces
+    (300, 1000, 2048),     # 12 tiles, all tail: 8 pieces each / 12 tiles over 96 CTAs
+    (256, 22016, 4096),    # 172 tiles: 40 tail tiles in 3 pieces / all 172 streamed
+    (128, 37888, 3584),    # 148 tiles: 16 tail tiles in 8 pieces / 148 streamed
     (1000, 1000, 1000),    # 32 tiles in 4 pieces of 4 k-tiles, the last one ragged
+    (128, 22016, 4096),    # 86 tiles: none split / streamed, up to 3 pieces a tile
+    (100, 200, 64),        # one tile of one k-tile: never split
+    (2048, 22016, 4096),   # 1376 tiles: 9 whole waves, then 188 tiles streamed
 ]
+GEMMS = ["gemm", "gemm_streamk"]
+SWIGLUS = ["gemm_swiglu", "gemm_swiglu_streamk"]
 
 
 def operands(m: int, n: int, k: int, seed: int):  # noqa: ANN201
@@ -32,13 +38,14 @@ def operands(m: int, n: int, k: int, seed: int):  # noqa: ANN201
     return x, w
 
 
+@pytest.mark.parametrize("recipe", GEMMS)
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
 @pytest.mark.parametrize("m,n,k", SPLIT_SHAPES)
-def test_split_tail_matches_pytorch_and_repeats_bitwise(build_dir, mode, m, n, k):
+def test_split_tiles_match_pytorch_and_repeat_bitwise(build_dir, recipe, mode, m, n, k):
     import torch
 
     import pipelink
-    op = pipelink.load(build_dir / mode / "gemm")
+    op = pipelink.load(build_dir / mode / recipe)
     x, w = operands(m, n, k, seed=m + n)
     first = op(x, w, out=torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16))
     torch.testing.assert_close(first.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
@@ -47,12 +54,13 @@ def test_split_tail_matches_pytorch_and_repeats_bitwise(build_dir, mode, m, n, k
         assert torch.equal(again, first), "split-K pieces added up in a different order"
 
 
-@pytest.mark.parametrize("m,n,k", [(256, 22016, 4096), (300, 1008, 2048)])
-def test_split_tail_of_swiglu_sums_before_the_activation(build_dir, m, n, k):
+@pytest.mark.parametrize("recipe", SWIGLUS)
+@pytest.mark.parametrize("m,n,k", [(256, 22016, 4096), (300, 1008, 2048), (128, 37888, 3584)])
+def test_split_tiles_of_swiglu_sum_before_the_activation(build_dir, recipe, m, n, k):
     import torch
 
     import pipelink
-    op = pipelink.load(build_dir / "sm_90a" / "gemm_swiglu")
+    op = pipelink.load(build_dir / "sm_90a" / recipe)
     x, gate = operands(m, n // 2, k, seed=k)
     _, up = operands(m, n // 2, k, seed=k + 1)
     y = op(x, interleave(gate, up),
@@ -61,11 +69,12 @@ def test_split_tail_of_swiglu_sums_before_the_activation(build_dir, m, n, k):
     torch.testing.assert_close(y.float(), want, atol=ATOL, rtol=RTOL)
 
 
-def test_split_tail_replays_from_a_cuda_graph_with_new_inputs(build_dir):
+@pytest.mark.parametrize("recipe", GEMMS)
+def test_split_tiles_replay_from_a_cuda_graph_with_new_inputs(build_dir, recipe):
     import torch
 
     import pipelink
-    op = pipelink.load(build_dir / "sm_90a" / "gemm")
+    op = pipelink.load(build_dir / "sm_90a" / recipe)
     m, n, k = 256, 22016, 4096
     x, w = operands(m, n, k, seed=7)
     op(x, w)

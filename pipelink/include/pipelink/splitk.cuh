@@ -1,18 +1,19 @@
 // Split-K across CTAs: the pieces of a split_tile record meet in the workspace.
 //
-//   piece k_split < k_splits - 1:  store its fp32 partial, then set its flag to the
-//                                  launch's token (release) and stop;
-//   the last piece:                wait for every other flag to hold the token (acquire),
-//                                  reset them, add the partials in piece order to its own
-//                                  accumulators, then store the tile.
+//   piece k_split > 0:  store its fp32 partial, then set its flag to the launch's token
+//                       (release) and stop;
+//   piece 0:            wait for every other flag to hold the token (acquire), reset
+//                       them, add the partials in piece order to its own accumulators,
+//                       then store the tile.
 //
 // The sum runs in a fixed order whatever order the pieces finish in, so the result is
 // bitwise the same launch after launch. Flags compare against the launch token
 // (pl::KernelInfo::launch), not against zero, so the workspace needs no zeroing before a
-// launch; the reset lets a CUDA graph replay a launch, token and all. Only the last
-// piece waits, and a scheduler gives every CTA at most one piece after its whole tiles
-// (splitk_scheduler), so the CTAs it waits for never wait themselves: with the grid
-// co-resident, no spin can deadlock.
+// launch; the reset lets a CUDA graph replay a launch, token and all. Only piece 0
+// waits, and a scheduler hands out the others so that the CTAs it waits for never wait
+// first: splitk_scheduler gives every CTA at most one piece, after its whole tiles;
+// streamk_scheduler makes every later piece its CTA's first streamed record and piece 0
+// its CTA's last. With the grid co-resident, no spin can deadlock.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,8 @@ __device__ __forceinline__ unsigned char* workspace_at(const KernelInfo& k, uint
 // accumulators (`thread`: its index in the role; `barrier`: a named barrier of the
 // role's THREADS threads), ACC floats per thread in all, CHUNK at a time (an
 // accumulator that arrives in chunks, e.g. from Tensor Memory, never sits in
-// registers whole). A piece before the last stores its chunks and publishes them; the
-// last piece acquires the others and adds their chunks, in piece order, to its own.
+// registers whole). A piece after the first stores its chunks and publishes them;
+// piece 0 acquires the others and adds their chunks, in piece order, to its own.
 template <uint32_t ACC, uint32_t THREADS>
 struct Pieces {
   const WorkTile& tile;
@@ -47,21 +48,21 @@ struct Pieces {
   uint32_t barrier;
 
   __device__ __forceinline__ bool split() const { return tile.is_split(); }
-  __device__ __forceinline__ uint32_t last() const { return uint32_t(tile.k_splits - 1); }
-  // This piece stores the tile (a whole tile, or the last piece of a split one).
-  __device__ __forceinline__ bool stores() const {
-    return !split() || uint32_t(tile.k_split) == last();
-  }
+  __device__ __forceinline__ uint32_t pieces() const { return uint32_t(tile.k_splits); }
+  // This piece stores the tile (a whole tile, or piece 0 of a split one).
+  __device__ __forceinline__ bool stores() const { return !split() || tile.k_split == 0; }
 
+  // Piece 0 never publishes: the record's offsets are piece 1's, the others follow.
   __device__ __forceinline__ uint64_t* flag(uint32_t piece) const {
-    return reinterpret_cast<uint64_t*>(workspace_at(k, tile.flag + piece * sizeof(uint64_t)));
+    return reinterpret_cast<uint64_t*>(
+        workspace_at(k, tile.flag + (piece - 1) * sizeof(uint64_t)));
   }
   __device__ __forceinline__ float4* partial(uint32_t piece) const {
     return reinterpret_cast<float4*>(
-        workspace_at(k, tile.partials + piece * kPartialBytes<ACC, THREADS>));
+        workspace_at(k, tile.partials + (piece - 1) * kPartialBytes<ACC, THREADS>));
   }
 
-  // A piece before the last: chunk `chunk` (floats chunk * CHUNK ...) of its partial.
+  // A piece after the first: chunk `chunk` (floats chunk * CHUNK ...) of its partial.
   template <uint32_t CHUNK>
   __device__ __forceinline__ void store(uint32_t chunk, const float (&acc)[CHUNK]) const {
     static_assert(CHUNK % kFloatsPerVector == 0, "accumulators move as float4");
@@ -73,7 +74,7 @@ struct Pieces {
     }
   }
 
-  // A piece before the last, after its chunks: every thread's partial is written
+  // A piece after the first, after its chunks: every thread's partial is written
   // before the release publishes it.
   __device__ __forceinline__ void publish() const {
     named_sync(barrier, THREADS);
@@ -83,10 +84,10 @@ struct Pieces {
     }
   }
 
-  // The last piece, before its first add: every other piece has published.
+  // Piece 0, before its first add: every other piece has published.
   __device__ __forceinline__ void acquire() const {
     if (thread == 0) {
-      for (uint32_t piece = 0; piece < last(); ++piece) {
+      for (uint32_t piece = 1; piece < pieces(); ++piece) {
         uint64_t seen;
         do {
           asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
@@ -98,10 +99,10 @@ struct Pieces {
     named_sync(barrier, THREADS);          // the acquires order every thread's reads
   }
 
-  // The last piece: adds chunk `chunk` of every other piece, in piece order.
+  // Piece 0: adds chunk `chunk` of every other piece, in piece order.
   template <uint32_t CHUNK>
   __device__ __forceinline__ void add(uint32_t chunk, float (&acc)[CHUNK]) const {
-    for (uint32_t piece = 0; piece < last(); ++piece) {
+    for (uint32_t piece = 1; piece < pieces(); ++piece) {
       const float4* theirs = partial(piece) + chunk * (CHUNK / kFloatsPerVector) * THREADS;
 #pragma unroll
       for (uint32_t j = 0; j < CHUNK / kFloatsPerVector; ++j) {
@@ -118,7 +119,7 @@ struct Pieces {
 
 // The whole-fragment form, for accumulators held in registers: returns whether `acc`
 // now holds the whole tile (true: store it) or this piece's partial went to the
-// workspace (false: the last piece stores the tile).
+// workspace (false: piece 0 stores the tile).
 template <uint32_t ACC, uint32_t THREADS>
 __device__ __forceinline__ bool combine(const WorkTile& tile, const KernelInfo& k,
                                         float (&acc)[ACC], uint32_t thread, uint32_t barrier) {

@@ -150,7 +150,7 @@ struct TmemTile {
         pieces.store(c, v);
         continue;
       }
-      if (pieces.split()) pieces.add(c, v);   // the last piece: the others' partials first
+      if (pieces.split()) pieces.add(c, v);   // piece 0: the others' partials first
       const uint32_t buffer = staging + (c % BUFFERS) * STAGING_BYTES;
       out.begin();
       stage(buffer, thread, v, c);

@@ -60,9 +60,10 @@ struct GlobalPort {
 //   split_tile    a gemm_tile whose k-tiles may be split in k_splits pieces (split-K):
 //                 piece k_split covers [k_begin, k_end), and the pieces' fp32 partial
 //                 accumulators meet in the kernel's workspace (pipelink/splitk.cuh) at
-//                 byte offsets the scheduler gives: `partials` (piece 0's; the pieces
-//                 follow at the tile's accumulator size) and `flag` (piece 0's
-//                 published flag, one uint64 per piece). k_splits <= 1: a whole tile.
+//                 byte offsets the scheduler gives: `partials` (piece 1's; pieces 2,
+//                 3, ... follow at the tile's accumulator size) and `flag` (piece 1's,
+//                 one uint64 per piece). Piece 0 adds the others and stores the tile,
+//                 so it has no slot. k_splits <= 1: a whole tile.
 struct alignas(16) WorkTile {  // 48 bytes: three 16-byte shared loads
   int32_t m_block;
   int32_t n_block;
@@ -74,8 +75,8 @@ struct alignas(16) WorkTile {  // 48 bytes: three 16-byte shared loads
   int32_t m_end;     // one past the problem's last row; kRowsUnbounded otherwise
   int32_t k_split;   // which piece of a split tile; 0 otherwise
   int32_t k_splits;  // pieces the tile's k-tiles are split in; 0 or 1: not split
-  uint32_t partials; // workspace byte offset of piece 0's partial accumulators
-  uint32_t flag;     // workspace byte offset of piece 0's flag (uint64 per piece)
+  uint32_t partials; // workspace byte offset of piece 1's partial accumulators
+  uint32_t flag;     // workspace byte offset of piece 1's flag (uint64 per piece)
   __device__ bool is_valid() const { return valid != 0; }
   __device__ bool is_split() const { return k_splits > 1; }
   __device__ uint32_t k_tiles() const { return k_end > k_begin ? uint32_t(k_end - k_begin) : 0; }
