@@ -43,7 +43,8 @@ STORE_N = 64                                # tmem_store_epilogue's chunk (CUTLA
 
 # B200 (HGX B200, per GPU), as NVIDIA publishes them: the model's only inputs.
 B200 = {"sms": 148, "bf16_dense_flops": 2.25e15, "hbm_bytes_per_s": 8.0e12}
-SPLITK = {"max_pieces": 160, "min_k_tiles": 4}   # components/splitk_scheduler params
+SPLITK = {"max_pieces": 160, "max_splits": 16, "min_k_tiles": 4,   # splitk_scheduler params
+          "cost_unit": 1024, "fixup_cost": 1024 // 32}                 # and its cost model
 
 
 # -- the instruction mix --------------------------------------------------------------------
@@ -127,17 +128,28 @@ def model_ms(m: int, n: int, k: int) -> dict:
     tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
     k_tiles = math.ceil(k / TILE_K)
     waves, tail = divmod(tiles, sms)
-    splits = 1
-    if tail:
-        splits = max(1, min(sms // tail, k_tiles // SPLITK["min_k_tiles"],
-                            SPLITK["max_pieces"] // tail))
-    tail_k_tiles = math.ceil(k_tiles / splits) if tail else 0
+    splits, rounds = tail_split(tail, sms, k_tiles)
+    tail_k_tiles = rounds * math.ceil(k_tiles / splits) if tail else 0
     compute = (waves * k_tiles + tail_k_tiles) * k_tile_s
     moved = 2 * (m * k + n * k + m * n)
     memory = moved / B200["hbm_bytes_per_s"]
     floor = max(2 * m * n * k / B200["bf16_dense_flops"], memory)
     return {"model_ms": max(compute, memory) * 1e3, "floor_ms": floor * 1e3,
             "tiles": tiles, "waves": waves, "tail_splits": splits}
+
+
+def tail_split(tail: int, sms: int, k_tiles: int) -> tuple[int, int]:
+    """splitk_scheduler's split of a tail of ``tail`` tiles: (pieces a tile, rounds)."""
+    best, best_cost = 1, SPLITK["cost_unit"]
+    most = min(k_tiles // SPLITK["min_k_tiles"], SPLITK["max_splits"])
+    for s in range(2, most + 1):
+        if tail * (s - 1) > SPLITK["max_pieces"]:
+            break
+        cost = (math.ceil(tail * s / sms) * SPLITK["cost_unit"] // s
+                + (s - 1) * SPLITK["fixup_cost"])
+        if cost < best_cost:
+            best, best_cost = s, cost
+    return best, math.ceil(tail * best / sms) if tail else 0
 
 
 def model_rows() -> list[dict]:
