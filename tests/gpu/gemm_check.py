@@ -13,11 +13,15 @@ import math
 import sys
 
 INTERLEAVE = 8  # gate/up rows alternate in blocks of 8 (components/swiglu_epilogue)
+# Per element: |y - ref| <= ATOL + RTOL |ref| (bf16 output of fp32 accumulation rounds
+# at ~4e-3 relative; inputs are N(0, 1) and weights N(0, 1/K), so |ref| is about 1).
+ATOL, RTOL = 2e-2, 2e-2
 
 # recipe -> what it computes
 REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm",
-             "gemm_multicast": "gemm", "gemm_pingpong": "gemm", "gemm_swiglu": "swiglu",
-             "gemm_swiglu_pingpong": "swiglu",
+             "gemm_multicast": "gemm", "gemm_pingpong": "gemm", "gemm_streamk": "gemm",
+             "gemm_swiglu": "swiglu", "gemm_swiglu_pingpong": "swiglu",
+             "gemm_swiglu_streamk": "swiglu",
              "gemm_swiglu_cute": "swiglu", "gemm_bias_gelu": "bias_gelu"}
 
 
@@ -27,8 +31,17 @@ def interleave(w_gate, w_up):  # noqa: ANN001, ANN201  (torch tensors)
     return interleave_gate_up(w_gate, w_up)
 
 
+def excess(y, ref) -> float:  # noqa: ANN001  (torch tensors)
+    """The worst element's error in units of its bound ATOL + RTOL |ref|: above 1, some
+    element (one 8 x 8 block is enough) is wrong. NaN (unwritten poison) is infinite."""
+    import torch
+    ratio = (y.float() - ref).abs() / (ATOL + RTOL * ref.abs())
+    return float(torch.nan_to_num(ratio, nan=float("inf")).max())
+
+
 def run(folder: str, recipe: str, m: int, n: int, k: int, seed: int = 0) -> float:
-    """Relative error of one launch (outputs poisoned with NaN first)."""
+    """The worst element's error of one launch in units of its bound (see excess),
+    outputs poisoned with NaN first."""
     import torch
 
     import pipelink
@@ -57,11 +70,11 @@ def run(folder: str, recipe: str, m: int, n: int, k: int, seed: int = 0) -> floa
                                                             device="cuda", dtype=torch.bfloat16)})
     torch.cuda.synchronize()
     assert not torch.isnan(y).any(), "unwritten (NaN poison) elements remain"
-    return float((y.float() - ref).norm() / ref.norm())
+    return excess(y, ref)
 
 
 if __name__ == "__main__":
     folder, recipe, *dims = sys.argv[1:]
     error = run(folder, recipe, *map(int, dims))
-    print(f"{recipe} {dims}: relative error {error:.2e}")
-    sys.exit(0 if error < 1e-2 else 1)
+    print(f"{recipe} {dims}: worst element at {error:.2f} of its bound")
+    sys.exit(0 if error <= 1 else 1)
