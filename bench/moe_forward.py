@@ -2,8 +2,10 @@
 up, down, combine in one launch) against the path a PyTorch user writes today: a
 stable sort of the choices, index_select of the tokens, torch._grouped_mm on the
 concatenated gate/up weight, a compiled SwiGLU, torch._grouped_mm, and a weighted
-gather-sum back to token order. Both start from the same top-k ids and weights (the
-router is not timed).
+gather-sum back to token order. Both start from the same top-k ids and weights. Where
+moe_layer is built and the config routes top-2, the whole layer is timed too
+(recipes/moe_layer.yaml, router included) against the same torch path behind
+softmax(x Wr^T).topk(2), renormalised.
 
     python -m tests.gpu.build moe_forward               # on the build machine
     python bench/moe_forward.py [--json out.json]       # on the GPU machine
@@ -51,6 +53,15 @@ def torch_forward():  # noqa: ANN201
     return forward
 
 
+def torch_layer(forward):  # noqa: ANN001, ANN201
+    """The router as a PyTorch user writes it, then ``forward``."""
+    def layer(x, wr, w_cat, w2):  # noqa: ANN001, ANN202
+        w, ids = torch.softmax(x @ wr.t(), dim=1, dtype=torch.float32).topk(2, dim=1)
+        p = w / w.sum(1, keepdim=True)
+        return forward(x, ids.to(torch.int32), p, w_cat, w2)
+    return layer
+
+
 def routing(t: int, e: int, k: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k of softmaxed logits with a log-normal expert popularity (skewed loads)."""
     bias = torch.randn(e, device="cuda", generator=gen) * 0.8
@@ -69,6 +80,8 @@ def inputs(t: int, k: int, e: int, d: int, f: int, seed: int) -> list[dict]:
         sets.append({"x": torch.randn(t, d, device="cuda", generator=gen).to(torch.bfloat16),
                      "ids": ids, "p": p, "w_cat": torch.cat([wg, wu], dim=1),
                      "w1": interleave_gate_up(wg, wu),
+                     "wr": (torch.randn(e, d, device="cuda", generator=gen)
+                            / math.sqrt(d)).to(torch.bfloat16),
                      "w2": (torch.randn(e, d, f, device="cuda", generator=gen)
                             / math.sqrt(f)).to(torch.bfloat16)})
     return sets
@@ -88,7 +101,10 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
     peak, _ = ceilings()
     ops = {"linked": pipelink.load(build / "sm_90a" / "moe_forward"),
            "mono": pipelink.load(build / "mono" / "moe_forward")}
+    if (build / "sm_90a" / "moe_layer").is_dir():
+        ops["layer"] = pipelink.load(build / "sm_90a" / "moe_layer")
     forward = torch_forward()
+    layer = torch_layer(forward)
     rows = []
     for name, t, k, e, d, f in CONFIGS:
         sets, turn = inputs(t, k, e, d, f, seed=t + e), [0]
@@ -105,6 +121,11 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
             return forward(s["x"], s["ids"], s["p"], s["w_cat"], s["w2"])
 
         fns = {"linked": ours(ops["linked"]), "mono": ours(ops["mono"]), "torch": theirs}
+        if "layer" in ops and k == 2:
+            fns["layer"] = lambda op=ops["layer"], pick=pick: (
+                lambda s: op(s["x"], s["wr"], s["w1"], s["w2"]))(pick())
+            fns["torch_layer"] = lambda pick=pick: (
+                lambda s: layer(s["x"], s["wr"], s["w_cat"], s["w2"]))(pick())
         turn[0] = ROTATE - 1
         y_ours = fns["linked"]()[-1].float()
         turn[0] = ROTATE - 1
@@ -123,7 +144,10 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
             out.write_text(json.dumps(rows, indent=1))
         ev = row["events"]
         print(f"{name}: linked {ev['linked']:.3f} mono {ev['mono']:.3f} torch {ev['torch']:.3f}"
-              f" ms ({ev['torch'] / ev['linked']:.2f}x) peak MB {memory}", flush=True)
+              f" ms ({ev['torch'] / ev['linked']:.2f}x) peak MB {memory}"
+              + (f"; layer {ev['layer']:.3f} torch {ev['torch_layer']:.3f} ms "
+                 f"({ev['torch_layer'] / ev['layer']:.2f}x)" if "layer" in ev else ""),
+              flush=True)
     return rows
 
 
@@ -149,6 +173,15 @@ def report(path: Path) -> None:
                      f"{r['flops'] / e['linked'] / 1e9:.0f} | {m['linked']:.0f} / "
                      f"{m['torch']:.0f} | {r['floor']:.3f} |")
     lines += ["", f"Geometric mean vs the torch path (events): {geomean(ratios):.3f}x.", ""]
+    for r in rows:
+        e, f = r["events"], r.get("do_bench") or {}
+        if "layer" not in e:
+            continue
+        fx = (f" ({f['torch_layer'] / f['layer']:.2f}x do_bench)" if "layer" in f else "")
+        lines += [f"The whole layer, router included (recipes/moe_layer.yaml, top-2), "
+                  f"{r['config']}: {e['layer']:.3f} ms against {e['torch_layer']:.3f} ms "
+                  f"for softmax(x Wr^T).topk(2) + the torch path: "
+                  f"**{e['torch_layer'] / e['layer']:.2f}x** (events){fx}.", ""]
     put_section("## MoE forward after routing", "\n".join(lines))
 
 
