@@ -10,8 +10,10 @@ shared memory and register spills.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,9 @@ class LinkResult:
 
 def nvjitlink_options(opts: LinkOptions) -> list[str]:
     return [f"-arch={opts.arch}", "-lto", opts.optimize]
+
+
+LINK_THREADS = max(2, min(4, os.cpu_count() or 1))   # a kernel's links at a time
 
 
 def run_nvjitlink(inputs: list[tuple[str, bytes]], options: list[str],
@@ -280,16 +285,23 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
         inputs = [(f"{inst}.ltoir", obj.ltoir) for inst, obj in sorted(unique.values(),
                                                                       key=lambda e: e[0])]
         inputs.append(("glue.ltoir", glue_ir))
-        cubin = run_nvjitlink(inputs, nvjitlink_options(opts))
-        ptx = None
-        if opts.verify or opts.emit_ptx:
-            ptx = run_nvjitlink(inputs, nvjitlink_options(opts), want_ptx=True).decode()
-        timings["nvjitlink"] = time.perf_counter() - t0
-        if opts.verify:
-            t0 = time.perf_counter()
-            verify.verify_linked(ptx, inputs, kernel, placement, loaded, tc.nvcc,
-                                 nvjitlink_options(opts))
-            timings["verify"] = time.perf_counter() - t0
+        options = nvjitlink_options(opts)
+        # The cubin, its PTX and the verification's links are independent: they run side
+        # by side (each nvJitLink call releases the GIL), and the checks then read them
+        # in order.
+        with ThreadPoolExecutor(max_workers=LINK_THREADS) as pool:
+            cubin_job = pool.submit(run_nvjitlink, inputs, options)
+            ptx_job = (pool.submit(run_nvjitlink, inputs, options, want_ptx=True)
+                       if opts.verify or opts.emit_ptx else None)
+            evidence = (verify.start_evidence(pool, inputs, loaded, kernel.arch, tc.nvcc,
+                                              options) if opts.verify else None)
+            cubin = cubin_job.result()
+            ptx = ptx_job.result().decode() if ptx_job is not None else None
+            timings["nvjitlink"] = time.perf_counter() - t0
+            if evidence is not None:
+                t0 = time.perf_counter()
+                verify.verify_linked(ptx, kernel, placement, loaded, evidence)
+                timings["verify"] = time.perf_counter() - t0
     name = recipe.name
     write_atomic(out_dir / cubin_name(recipe), cubin)
     write_atomic(out_dir / ("mono.cu" if opts.mode == "mono" else "glue.cu"), source)

@@ -28,6 +28,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -376,15 +377,36 @@ def verify_folded(ptx: str, kernel: Kernel) -> None:
                         log="\n".join(calls[:5] + loads[:5]))
 
 
-def verify_linked(ptx: str, inputs: list[tuple[str, bytes]], kernel: Kernel,
-                  placement: Placement, objects: dict[str, ComponentObject], nvcc: str,
-                  options: list[str]) -> None:
-    """Every check above, components' own code first so an error can name its author."""
+@dataclass(frozen=True)
+class Evidence:
+    """What the checks read besides the linked PTX, each from a link of its own that
+    runs beside the kernel's (nvJitLink releases the GIL and its handles are separate):
+    the probe, and ptxas's report (-verbose changes a cubin's bytes, so the shipped
+    cubin is linked without it)."""
+
+    probe: Future[PtxModule]
+    report: Future[PtxasReport]
+
+
+def start_evidence(pool: Executor, inputs: list[tuple[str, bytes]],
+                   objects: dict[str, ComponentObject], arch: str, nvcc: str,
+                   options: list[str]) -> Evidence:
+    """Starts the links the checks need on ``pool``."""
+    return Evidence(pool.submit(probe_ptx, objects, arch, nvcc, options),
+                    pool.submit(ptxas_report, inputs, options))
+
+
+def ptxas_report(inputs: list[tuple[str, bytes]], options: list[str]) -> PtxasReport:
     from .link import run_nvjitlink
-    verify_folded(ptx, kernel)
-    check_component_code(kernel, objects, probe_ptx(objects, kernel.arch, nvcc, options))
-    check_linked_barriers(ptx, kernel, placement)
-    # ptxas's report comes from a link of its own: -verbose changes the cubin's bytes.
     log: list[str] = []
     run_nvjitlink(inputs, [*options, "-verbose"], info=log)
-    check_resources(PtxasReport.parse("".join(log)), kernel, placement)
+    return PtxasReport.parse("".join(log))
+
+
+def verify_linked(ptx: str, kernel: Kernel, placement: Placement,
+                  objects: dict[str, ComponentObject], evidence: Evidence) -> None:
+    """Every check above, components' own code first so an error can name its author."""
+    verify_folded(ptx, kernel)
+    check_component_code(kernel, objects, evidence.probe.result())
+    check_linked_barriers(ptx, kernel, placement)
+    check_resources(evidence.report.result(), kernel, placement)
