@@ -33,10 +33,13 @@ struct Split {
 __device__ __forceinline__ Split split_of(uint32_t tiles, uint32_t ctas, uint32_t k_tiles) {
   const uint32_t tail = tiles % ctas;
   if (tail == 0) return Split{tiles, 1};
-  const uint32_t most = min(k_tiles / Params::min_k_tiles, Params::max_splits);
+  // Enough k-tiles a piece, and the published pieces (all but piece 0) fit the scratch.
+  const uint32_t most = min(min(k_tiles / Params::min_k_tiles, Params::max_splits),
+                            Params::max_pieces / tail + 1);
   uint32_t best = 1;
   uint32_t best_cost = kCostUnit;
-  for (uint32_t s = 2; s <= most && tail * (s - 1) <= Params::max_pieces; ++s) {
+#pragma unroll 1   // a few iterations once per record: not worth the code
+  for (uint32_t s = 2; s <= most; ++s) {
     const uint32_t rounds = (tail * s + ctas - 1) / ctas;
     const uint32_t cost = rounds * kCostUnit / s + (s - 1) * kFixupCost;
     if (cost < best_cost) {
