@@ -58,14 +58,13 @@ extern "C" __device__ pl::WorkTile pl_splitk_scheduler_schedule(
   const uint32_t ctas = gridDim.x;
   const uint32_t tiles = args.m_tiles * args.n_tiles;
   const Split s = split_of(tiles, ctas, args.k_tiles);
-  const uint32_t waves = s.whole / ctas;
-  if (iteration < waves) {
-    return pl::gemm_tile(blockIdx.x + iteration * ctas, args.m_tiles, args.n_tiles,
-                         args.group_m, args.k_tiles);
-  }
+  const uint32_t t = blockIdx.x + iteration * ctas;
+  if (t < s.whole) return pl::gemm_tile(t, args.m_tiles, args.n_tiles, args.group_m, args.k_tiles);
+  if (s.splits == 1) return pl::WorkTile{};
+  // Split: the whole tiles fill whole waves, and the pieces follow them round by round.
   const uint32_t tail = tiles - s.whole;
-  const uint32_t piece = blockIdx.x + (iteration - waves) * ctas;
-  if (s.splits == 1 || piece >= tail * s.splits) return pl::WorkTile{};
+  const uint32_t piece = blockIdx.x + (iteration - s.whole / ctas) * ctas;
+  if (piece >= tail * s.splits) return pl::WorkTile{};
   const uint32_t tail_tile = piece % tail;
   const uint32_t k_range = piece / tail;
   pl::WorkTile w = pl::gemm_tile(s.whole + tail_tile, args.m_tiles, args.n_tiles,
