@@ -31,10 +31,11 @@ def _inputs(t: int, d: int, f: int, e: int, pull: float, seed: int):  # noqa: AN
     gen = torch.Generator(device="cuda").manual_seed(seed)
     u = torch.randn(d, device="cuda", generator=gen)
     u /= u.norm()
-    x = (torch.randn(t, d, device="cuda", generator=gen) + 2.0 * u).to(torch.bfloat16)
+    # x . u is 6 +- 1 for every token, so u in a row of Wr moves that expert's logits
+    x = (torch.randn(t, d, device="cuda", generator=gen) + 6.0 * u).to(torch.bfloat16)
     wr = torch.randn(e, d, device="cuda", generator=gen) / math.sqrt(d)
-    wr[0] += pull * u
-    wr[e - 2:] -= 5.0 * u                   # logits near -10: never in a top-2
+    wr[0] += pull / 3.0 * u
+    wr[e - 2:] -= 3.0 * u                   # logits below -12: never in a top-2
     wg, wu = (torch.randn(2, e, f, d, device="cuda", generator=gen) / math.sqrt(d)) \
         .to(torch.bfloat16)
     w2 = (torch.randn(e, d, f, device="cuda", generator=gen) / math.sqrt(f)).to(torch.bfloat16)
