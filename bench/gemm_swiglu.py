@@ -247,6 +247,11 @@ def variant_lines(rows: list[dict]) -> list[str]:
                    + (f", {geomean(big):.3f}x over M >= 2048" if big else "")
                    + f"; range {min(x for _, x in pairs):.3f}x to "
                      f"{max(x for _, x in pairs):.3f}x")
+    missing = [recipe for variant, (kernel, recipe) in VARIANTS.items()
+               if not any(variant in r["gemm" if kernel == "gemm" else "swiglu"]
+                          for r in rows)]
+    if missing:
+        out.append(f"- not timed in this run (not built for it): {', '.join(missing)}")
     return out
 
 
