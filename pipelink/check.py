@@ -771,6 +771,7 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                          f"'{value}'", "bind an expression over the sizes")
         elif not wants_tensor:
             names_known(value, f"launch.bind.{key}")
+            _check_arg_max(bound[inst], key, spec, value, problems)
         elif spec.get("dtype"):
             want = bound[inst].dtype(spec["dtype"], f"args.{arg}.dtype")
             have = launch[tensors[value]][value].get("dtype")
@@ -789,6 +790,35 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                              f"add '{inst}.{spec['name']}: <"
                              + ("tensor" if spec["type"] in TENSOR_ARGS else "expression")
                              + ">' under launch.bind")
+
+
+def _check_arg_max(b: BoundContract, key: str, spec: dict[str, Any], value: Any,
+                   problems: _Problems) -> None:
+    """A literal bound above the argument's ``max`` (what the object was built to
+    handle) is refused here; an expression is checked by the runtime (arg_requires)."""
+    if "max" not in spec or not isinstance(value, int) or isinstance(value, bool):
+        return
+    most = b.eval(spec["max"], f"args.{spec['name']}.max")
+    if value > most:
+        problems.add(f"launch.bind.{key}",
+                     f"argument '{key}' of component '{b.name}' handles at most {most} "
+                     f"(max: {spec['max']}), bound to {value}",
+                     f"bind at most {most}, or build '{b.name}' with larger params")
+
+
+def arg_requires(kernel: Kernel) -> list[str]:
+    """Runtime conditions for scalar arguments with a ``max`` bound to an expression
+    over sizes ("K * 2 <= 8"): kernel.json lists them beside launch.require, so a call
+    whose sizes exceed what an object handles is refused before it launches."""
+    out = []
+    for key, value in sorted(kernel.recipe.launch.get("bind", {}).items()):
+        inst, _, arg = str(key).partition(".")
+        spec = _arg(kernel.bound, inst, arg)
+        if spec is None or "max" not in spec or isinstance(value, int):
+            continue
+        most = kernel.bound[inst].eval(spec["max"], f"args.{arg}.max")
+        out.append(f"{value} <= {most}")
+    return out
 
 
 def _arg(bound: dict[str, BoundContract], inst: str, arg: str) -> dict[str, Any] | None:

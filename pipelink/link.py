@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import glue, header, verify
-from .check import Kernel, check, check_autograd
+from .check import Kernel, arg_requires, check, check_autograd
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, canonical_json, load_contract, sha256_text
 from .errors import LinkError, PipeLinkError, ToolchainError
@@ -218,7 +218,7 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
         "workspace": {"bytes": kernel.workspace_bytes,
                       "counters": sorted([g.counter_offset, 4 * g.slots]
                                          for g in kernel.workspace.values() if g.slots)},
-        "launch": launch_spec(kernel.recipe.launch),
+        "launch": launch_spec(kernel.recipe.launch, arg_requires(kernel)),
         "toolchain": tc.versions(),
         "inputs": {inst: obj.header["ltoir_sha256"] for inst, obj in sorted(objects.items())},
         "cubin_sha256": sha256_text(cubin),
@@ -240,10 +240,13 @@ def kernels_index(recipe: Recipe, arch: str) -> str:
     return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
-def launch_spec(launch: dict[str, Any]) -> dict[str, Any]:
+def launch_spec(launch: dict[str, Any], requires: list[str] | None = None) -> dict[str, Any]:
     """The recipe's host-side launch, with inputs and outputs as ordered lists (the
-    call's positional order must survive kernel.json's sorted keys)."""
+    call's positional order must survive kernel.json's sorted keys), and ``requires``
+    (the arguments' bounds, check.arg_requires) after the recipe's own conditions."""
     out = dict(launch)
+    if requires:
+        out["require"] = list(dict.fromkeys([*launch.get("require", []), *requires]))
     for key in ("inputs", "outputs"):
         if key in out:
             out[key] = [{"name": name, **spec} for name, spec in out[key].items()]
