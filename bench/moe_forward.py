@@ -29,10 +29,8 @@ from pipelink import interleave_gate_up
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROTATE, ceilings, flushed, geomean, interleaved  # noqa: E402
+from moe_ffn import CONFIGS  # noqa: E402  (the same two model shapes)
 from results_md import bench_main, put_section  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = [("mixtral-like", 8192, 2, 8, 4096, 14336), ("fine-grained", 16384, 6, 64, 2048, 1408)]
 
 
 def torch_forward():  # noqa: ANN201

@@ -39,7 +39,7 @@ def test_a_literal_within_max_checks(tmp_path: Path):
 
 def test_an_expression_becomes_a_runtime_condition(tmp_path: Path):
     kernel = check_repo_recipe(tmp_path, "moe_forward")
-    # dispatch.experts: E, with max: max_experts (64); the recipe says E <= 64 too, once
+    # dispatch.experts: E, with max: max_experts (64): the only place the bound is stated
     assert arg_requires(kernel) == ["E <= 64"]
     launch = launch_spec(kernel.recipe.launch, arg_requires(kernel))
     assert launch["require"].count("E <= 64") == 1
