@@ -333,7 +333,9 @@ def _field(b: BoundContract, port: Port, name: str) -> Any:
     value = port.spec.get(name)
     if name == "dtype":
         return b.dtype(port.dtype, f"ports.{port.name}.dtype")
-    if value is None or name == "layout":
+    if name == "layout":
+        return b.layout(port.name)
+    if value is None:
         return value
     key = f"ports.{port.name}.{name}"
     if name == "shape":
@@ -414,7 +416,7 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
             return None
         return "zero_copy"
     dtypes = {_field(sb, src, "dtype"), _field(db, dst, "dtype")}
-    layouts = {src.spec.get("layout"), dst.spec.get("layout")}
+    layouts = {sb.layout(src.name), db.layout(dst.name)}
     if dtypes <= CONVERTIBLE_DTYPES and layouts <= CONVERTIBLE_LAYOUTS:
         consumer = _stage_domain(db, dst)
         if CONVERTER_STAGES not in consumer:

@@ -252,6 +252,8 @@ class BoundContract:
         try:
             for key, value in _dtype_refs(self.contract):
                 self.dtype(value, key)
+            for port in self.contract.ports:
+                self.layout(port)
             for key, value in _expressions(self.contract):
                 _, table = self.tabulate(value, key)
                 for _, result in table:
@@ -288,6 +290,21 @@ class BoundContract:
             raise ContractError(f"{what}, not a dtype", where=self.contract.where(key),
                                 hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
         return str(resolved)
+
+    def layout(self, port: str) -> str | None:
+        """A port's layout with its {param} placeholders filled from word params, so one
+        contract serves, e.g., K-major and MN-major operands: 'sw128_{a_major}major'."""
+        value = self.contract.ports[port].spec.get("layout")
+        if value is None or "{" not in value:
+            return value
+        try:
+            return value.format_map({k: v for k, v in self.params.items()
+                                     if isinstance(v, str)})
+        except (KeyError, ValueError, IndexError) as exc:
+            raise ContractError(f"layout {value!r} names no word param ({exc})",
+                                where=self.contract.where(f"ports.{port}.layout"),
+                                hint="write {p} for a param p whose value is a word, "
+                                     "e.g. sw128_{a_major}major") from None
 
     def env(self, tunables: dict[str, int] | None = None) -> dict[str, int | str]:
         return {**self.params, **(tunables or {})}

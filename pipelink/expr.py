@@ -3,8 +3,11 @@
 Contracts write sizes such as ``stages*tile_m*tile_k*2``. They are parsed with
 :mod:`ast` and only a small whitelist of nodes is walked: integer literals, names,
 unary ``+ -``, ``+ - * // % **`` and calls to ``min``, ``max``, ``ceil_div``,
-``align_up`` and ``sizeof``; comparisons, ternaries, attributes, subscripts and
-lambdas are refused. Nothing is ever passed to ``eval``. Values stay within 64 bits
+``align_up`` and ``sizeof``, and one choice form, ``a if p == 'word' else b``, where
+``p`` is a param holding a word (``==`` or ``!=`` against a quoted word or an integer):
+a contract's sizes may follow a word param such as a loader's operand majorness.
+Other comparisons, chained ones, attributes, subscripts and lambdas are refused.
+Nothing is ever passed to ``eval``. Values stay within 64 bits
 (:data:`MAX_MAGNITUDE`) and expressions are short (:data:`MAX_EXPR_CHARS`), so no
 contract can make the linker compute for long.
 """
@@ -49,8 +52,10 @@ MAX_EXPR_CHARS = 500
 # Largest magnitude of any literal, name or intermediate result: sizes fit 64 bits.
 MAX_MAGNITUDE = 2**64
 _ALLOWED_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp,
-                  ast.Call, ast.USub, ast.UAdd, *_BINOPS)
-_SYNTAX_HINT = "use integers, names, + - * // % ** and min/max/ceil_div/align_up/sizeof"
+                  ast.Call, ast.USub, ast.UAdd, ast.IfExp, ast.Compare, ast.Eq, ast.NotEq,
+                  *_BINOPS)
+_SYNTAX_HINT = ("use integers, names, + - * // % ** and min/max/ceil_div/align_up/sizeof, "
+                "or a if p == 'word' else b")
 
 
 def names(text: str | int, *, where: str = "") -> set[str]:
@@ -62,10 +67,12 @@ def names(text: str | int, *, where: str = "") -> set[str]:
     if isinstance(text, int) and not isinstance(text, bool):
         return set()
     tree = _parse(text, where)
+    for node in ast.walk(tree):
+        _check_node(node, text, where)
+    _check_choices(tree, text, where)
     found: set[str] = set()
     skip: set[int] = set()
     for node in ast.walk(tree):
-        _check_node(node, text, where)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             skip.add(id(node.func))
             if node.func.id == "sizeof":
@@ -73,6 +80,30 @@ def names(text: str | int, *, where: str = "") -> set[str]:
         if isinstance(node, ast.Name) and id(node) not in skip:
             found.add(node.id)
     return found
+
+
+def _check_choices(tree: ast.Expression, text: object, where: str, *,
+                   words: bool = True) -> None:
+    """Comparisons only as a choice's test, quoted words only as a comparison's operand,
+    whatever the names are bound to."""
+    tests = {id(n.test) for n in ast.walk(tree) if isinstance(n, ast.IfExp)}
+    operands = {id(o) for n in ast.walk(tree) if isinstance(n, ast.Compare)
+                for o in (n.left, *n.comparators)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.IfExp) and not (isinstance(node.test, ast.Compare)
+                                                and len(node.test.ops) == 1):
+            raise ContractError(f"a choice tests one == or != comparison in expression "
+                                f"{text!r}", where=where, hint="write a if p == 'word' else b")
+        if isinstance(node, ast.Compare) and id(node) not in tests:
+            raise ContractError(f"a comparison is a value only as a choice's test in "
+                                f"expression {text!r}", where=where,
+                                hint="write a if p == 'word' else b")
+        if words and isinstance(node, ast.Constant) and type(node.value) is str \
+                and id(node) not in operands:
+            raise ContractError(f"literal {node.value!r} is not an integer in expression "
+                                f"{text!r}", where=where,
+                                hint="quoted words appear only in a choice's test: "
+                                     "a if p == 'word' else b")
 
 
 def sizeof_names(text: str | int) -> set[str]:
@@ -90,7 +121,7 @@ def _check_node(node: ast.AST, text: object, where: str) -> None:
         return ContractError(f"{message} in expression {text!r}", where=where, hint=hint)
     if not isinstance(node, _ALLOWED_NODES):
         raise fail(f"'{type(node).__name__}' is not allowed")
-    if isinstance(node, ast.Constant) and type(node.value) is not int:
+    if isinstance(node, ast.Constant) and type(node.value) not in (int, str):
         raise fail(f"literal {node.value!r} is not an integer")
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.keywords:
@@ -113,7 +144,9 @@ def evaluate(text: str | int, env: Mapping[str, Value], *, where: str = "") -> i
             raise ContractError(f"{text} is out of the 64-bit range", where=where)
         return text
     try:
-        return _Evaluator(env, text, where).visit(_parse(text, where).body)
+        tree = _parse(text, where)
+        _check_choices(tree, text, where, words=False)  # a quoted word fails where visited
+        return _Evaluator(env, text, where).visit(tree.body)
     except RecursionError:
         raise ContractError(f"expression {text!r} is nested too deeply", where=where,
                             hint=_SYNTAX_HINT) from None
@@ -158,8 +191,29 @@ class _Evaluator(ast.NodeVisitor):
 
     def visit_Constant(self, node: ast.Constant) -> int:
         if type(node.value) is not int:
-            raise self.fail(f"literal {node.value!r} is not an integer")
+            raise self.fail(f"literal {node.value!r} is not an integer",
+                            "quoted words appear only in a choice's test: "
+                            "a if p == 'word' else b")
         return self.bounded(node.value)
+
+    def visit_IfExp(self, node: ast.IfExp) -> int:
+        return self.visit(node.body if self.visit(node.test) else node.orelse)
+
+    def visit_Compare(self, node: ast.Compare) -> int:
+        """1 or 0: a word param against a quoted word, or two integers."""
+        if not isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            raise self.fail(f"'{type(node.ops[0]).__name__}' is not allowed", _SYNTAX_HINT)
+        left, right = self._operand(node.left), self._operand(node.comparators[0])
+        if type(left) is not type(right):
+            raise self.fail(f"{left!r} and {right!r} compare a word with an integer")
+        return int((left == right) == isinstance(node.ops[0], ast.Eq))
+
+    def _operand(self, node: ast.AST) -> Value:
+        if isinstance(node, ast.Constant) and type(node.value) is str:
+            return node.value
+        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), str):
+            return self.env[node.id]
+        return self.visit(node)
 
     def visit_Name(self, node: ast.Name) -> int:
         if node.id not in self.env:

@@ -814,7 +814,7 @@ class _Glue:
         from_t = header.CXX_DTYPE[sb.dtype(sport.dtype, sport.name)]
         to_t = header.CXX_DTYPE[db.dtype(dport.dtype, dport.name)]
         rows, cols = (db.eval(v, f"ports.{dport.name}.shape") for v in dport.spec["shape"][:2])
-        transpose = "true" if sport.spec["layout"] != dport.spec["layout"] else "false"
+        transpose = "true" if sb.layout(sport.name) != db.layout(dport.name) else "false"
         slot = self.p.roles[t.converter]
         count = self.per_tile_count(t.src.instance, t.src.port)
         w("pl::PipeState from_state{}, to_state{};")

@@ -23,9 +23,12 @@ constexpr uint32_t kCtaGroup = Params::cta_group;
 constexpr bool kPair = kCtaGroup == 2;
 constexpr uint32_t kMmaM = kCtaGroup * kTileM;                      // rows per MMA
 constexpr uint32_t kKSteps = kTileK / pl::tcgen05::kK;              // MMAs per k-tile
-constexpr uint32_t kKStepBytes = pl::tcgen05::kK * sizeof(Element);  // along a K-major row
 constexpr uint32_t kRowBytes = kTileK * sizeof(Element);
-constexpr uint32_t kIdesc = pl::tcgen05::idesc_bf16_f32<kMmaM, kTileN>();
+constexpr bool kMnMajorA = pl::mn_major(Params::a_major);
+constexpr bool kMnMajorB = pl::mn_major(Params::b_major);
+using OperandA = pl::tcgen05::Sw128Operand<kMnMajorA, kTileK>;
+using OperandB = pl::tcgen05::Sw128Operand<kMnMajorB, kTileK>;
+constexpr uint32_t kIdesc = pl::tcgen05::idesc_bf16_f32<kMmaM, kTileN, kMnMajorA, kMnMajorB>();
 constexpr uint32_t kLeader = 0;                                     // a pair's issuing rank
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>,
@@ -34,7 +37,9 @@ static_assert(kCtaGroup == 1 || kCtaGroup == 2, "cta_group is 1 (one CTA) or 2 (
 static_assert(kTileM == pl::tcgen05::kFullM,
               "row r of D is lane r of a CTA's Tensor Memory: set tile_m to 128");
 static_assert(kRowBytes == pl::tcgen05::kSwizzleBytes,
-              "stages are 128-byte-swizzled K-major rows: set tile_k = 128 / sizeof(dtype)");
+              "a stage's K spans one 128-byte swizzled row: set tile_k = 128 / sizeof(dtype)");
+static_assert(pl::known_major(Params::a_major) && pl::known_major(Params::b_major),
+              "a_major and b_major are k (K contiguous) or mn (M or N contiguous)");
 
 // One MMA, and one commit arrival on the barrier at `mbar` once the MMAs so far are
 // done: on this CTA, or on both CTAs of the pair.
@@ -63,13 +68,13 @@ __device__ __forceinline__ void issue_k_tile(const pl_place_umma_mainloop& at, u
   pl::consumer_wait(at.port.b, st.b);
   pl::tcgen05::fence_after_thread_sync();
   if (pl::elect_one_sync()) {
-    const uint64_t desc_a = pl::tcgen05::desc_sw128_kmajor(pl::stage_offset(at.port.a, st.a));
-    const uint64_t desc_b = pl::tcgen05::desc_sw128_kmajor(pl::stage_offset(at.port.b, st.b));
+    const uint64_t desc_a = OperandA::desc(pl::stage_offset(at.port.a, st.a));
+    const uint64_t desc_b = OperandB::desc(pl::stage_offset(at.port.b, st.b));
 #pragma unroll
     for (uint32_t s = 0; s < kKSteps; ++s) {
       // The tile's first MMA overwrites what the buffer's last tile left.
-      mma(d, pl::tcgen05::desc_advance(desc_a, s * kKStepBytes),
-          pl::tcgen05::desc_advance(desc_b, s * kKStepBytes), !first || s > 0);
+      mma(d, pl::tcgen05::desc_advance(desc_a, s * OperandA::kKStepBytes),
+          pl::tcgen05::desc_advance(desc_b, s * OperandB::kKStepBytes), !first || s > 0);
     }
     commit(pl::empty_barrier(at.port.a, st.a));
     commit(pl::empty_barrier(at.port.b, st.b));

@@ -1,6 +1,7 @@
 // wgmma_mainloop: the consumer warpgroups of a warp-specialised Hopper GEMM.
 // Warpgroup g multiplies rows [64g, 64g+64) of each A stage by the whole B stage and
-// accumulates a (64, TILE_N) fp32 block in registers, handed to the epilogue.
+// accumulates a (64, TILE_N) fp32 block in registers, handed to the epilogue. Either
+// operand's stages may be K-major or MN-major (params a_major, b_major).
 #include <type_traits>
 
 #include "pl_wgmma_mainloop.h"
@@ -22,10 +23,13 @@ constexpr uint32_t kTileK = Params::tile_k;
 constexpr uint32_t kWarpgroups = kTileM / pl::wgmma::kM;
 constexpr uint32_t kAccCount = pl::wgmma::kM * kTileN / pl::kWarpgroupThreads;  // per thread
 constexpr uint32_t kKSteps = kTileK / pl::wgmma::kK;               // wgmma per stage
-constexpr uint32_t kKStepBytes = pl::wgmma::kK * sizeof(Element);  // along a K-major row
 constexpr uint32_t kRowBytes = kTileK * sizeof(Element);
-constexpr uint32_t kWarpgroupBytesA = pl::wgmma::kM * kRowBytes;   // (64, TILE_K) of A
 constexpr uint32_t kAccumulate = 1;                                 // wgmma scale-d: D += A B
+constexpr bool kMnMajorA = pl::mn_major(Params::a_major);
+constexpr bool kMnMajorB = pl::mn_major(Params::b_major);
+using OperandA = pl::wgmma::Sw128Operand<kMnMajorA, kTileK>;
+using OperandB = pl::wgmma::Sw128Operand<kMnMajorB, kTileK>;
+constexpr uint32_t kWarpgroupBytesA = OperandA::kRowsBytes;        // (64, TILE_K) of A
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>,
               "this mainloop multiplies bf16: set dtype: bf16");
@@ -34,7 +38,9 @@ static_assert(kTileM % pl::wgmma::kM == 0 && kWarpgroups >= 1,
 static_assert(kTileN == 64 || kTileN == 128 || kTileN == 256,
               "one wgmma covers the tile's width: set tile_n to 64, 128 or 256");
 static_assert(kRowBytes == pl::wgmma::kSwizzleBytes,
-              "stages are 128-byte-swizzled K-major rows: set tile_k = 128 / sizeof(dtype)");
+              "a stage's K spans one 128-byte swizzled row: set tile_k = 128 / sizeof(dtype)");
+static_assert(pl::known_major(Params::a_major) && pl::known_major(Params::b_major),
+              "a_major and b_major are k (K contiguous) or mn (M or N contiguous)");
 static_assert(kWarpgroupBytesA % pl::wgmma::kSwizzleAtomBytes == 0,
               "a warpgroup's rows of A must start on a 1024-byte swizzle atom");
 
@@ -71,17 +77,15 @@ extern "C" __device__ void pl_wgmma_mainloop_mma(const pl_place_wgmma_mainloop& 
   for (uint32_t k = 0; k < k_tiles; ++k) {
     pl::consumer_wait(at.port.a, st.a);
     pl::consumer_wait(at.port.b, st.b);
-    const uint64_t desc_a =
-        pl::wgmma::desc_sw128_kmajor(pl::stage_offset(at.port.a, st.a) + a_rows);  // (64, TILE_K)
-    const uint64_t desc_b =
-        pl::wgmma::desc_sw128_kmajor(pl::stage_offset(at.port.b, st.b));  // (TILE_N, TILE_K)
+    const uint64_t desc_a = OperandA::desc(pl::stage_offset(at.port.a, st.a) + a_rows);
+    const uint64_t desc_b = OperandB::desc(pl::stage_offset(at.port.b, st.b));
     pl::wgmma::fence_operands(acc);
     pl::wgmma::fence();
 #pragma unroll
     for (uint32_t s = 0; s < kKSteps; ++s) {
-      pl::wgmma::mma_bf16_ss<kTileN>(acc, pl::wgmma::desc_advance(desc_a, s * kKStepBytes),
-                                     pl::wgmma::desc_advance(desc_b, s * kKStepBytes),
-                                     kAccumulate);
+      pl::wgmma::mma_bf16_ss<kTileN, kMnMajorA, kMnMajorB>(
+          acc, pl::wgmma::desc_advance(desc_a, s * OperandA::kKStepBytes),
+          pl::wgmma::desc_advance(desc_b, s * OperandB::kKStepBytes), kAccumulate);
     }
     pl::wgmma::commit();
     pl::wgmma::fence_operands(acc);

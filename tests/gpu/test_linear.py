@@ -1,6 +1,6 @@
 """The linear recipe's three kernels on the H200 against PyTorch in fp32, element by
-element: forward Y = X W^T, dgrad dX = dY W (fed W^T), wgrad dW = dY^T X (fed dY^T and
-X^T), each loaded from its folder under build/gpu/<mode>/linear/ (kernels.json beside
+element: forward Y = X W^T, dgrad dX = dY W (W read MN-major in place), wgrad
+dW = dY^T X (dY and X read MN-major in place), each loaded from its folder under build/gpu/<mode>/linear/ (kernels.json beside
 them). Outputs are poisoned with NaN before each launch."""
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ def test_forward_dgrad_and_wgrad_match_pytorch(build_dir, mode, m, n, k):
     dy = _randn(gen, m, n, scale=1 / math.sqrt(n))
     y = _run(folder, "forward", [x, w], "y", (m, n))
     torch.testing.assert_close(y.float(), x.float() @ w.float().t(), rtol=RTOL, atol=ATOL)
-    dx = _run(folder, "dgrad", [dy, w.t().contiguous()], "dx", (m, k))
+    dx = _run(folder, "dgrad", [dy, w], "dx", (m, k))
     torch.testing.assert_close(dx.float(), dy.float() @ w.float(), rtol=RTOL, atol=ATOL)
-    dw = _run(folder, "wgrad", [dy.t().contiguous(), x.t().contiguous()], "dw", (n, k))
+    dw = _run(folder, "wgrad", [dy, x], "dw", (n, k))
     torch.testing.assert_close(dw.float(), dy.float().t() @ x.float(),
                                rtol=RTOL, atol=ATOL * math.sqrt(m / n))
 

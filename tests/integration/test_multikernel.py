@@ -1,6 +1,7 @@
 """Multi-kernel recipes with real nvcc and nvJitLink, no GPU: ``linear`` (forward, dgrad,
 wgrad) links for sm_90a and sm_100a into one folder per kernel beside kernels.json; the
-kernels share their objects and keep distinct entries; the CLI's ``--kernel`` picks one;
+kernels share the objects their params share and keep distinct entries; dgrad and
+wgrad read their transposed operands MN-major, in place; the CLI's ``--kernel`` picks one;
 SCons builds a multi-kernel recipe, shares objects between its kernels, rebuilds
 nothing the second time, and stops on a bad autograd section before compiling."""
 
@@ -18,7 +19,7 @@ from pipelink.build import build_objects, default_index
 from pipelink.link import LinkOptions, kernels_index, link_recipe
 from pipelink.recipe import MAIN, load_recipe
 
-from .sass import sass_instructions
+from .sass import sass, sass_instructions
 from .test_scons import hashes, make_tree  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +70,8 @@ def test_kernels_json_indexes_them(linear, arch):
     doc = json.loads(text)
     assert (doc["format"], doc["recipe"], doc["arch"]) == (1, "linear", arch)
     assert doc["kernels"] == {k: k for k in KERNELS}
-    assert doc["autograd"]["grads"]["x"] == {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}
+    assert doc["autograd"]["grads"]["x"] == {"kernel": "dgrad", "inputs": ["grad.y", "w"]}
+    assert doc["autograd"]["grads"]["w"] == {"kernel": "wgrad", "inputs": ["grad.y", "x"]}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -80,9 +82,14 @@ def test_kernels_share_objects_and_keep_distinct_entries(linear, arch):
             ("linear", kernel, f"linear_{kernel}.cubin", f"pl_linear_{kernel}")
         cubin = (linear[arch] / kernel / meta["cubin"]).read_bytes()
         assert f"pl_linear_{kernel}".encode() in cubin
-    # One object per (component, params, arch): the three kernels link the same LTO-IR.
-    assert metas["forward"]["inputs"] == metas["dgrad"]["inputs"] == metas["wgrad"]["inputs"]
-    assert {m["launch"]["inputs"][0]["name"] for m in metas.values()} == {"x", "dy", "dyt"}
+    # One object per (component, params, arch): the scheduler and the epilogue are the
+    # same LTO-IR in all three; the loader and the mainloop differ by operand majorness.
+    objects = {k: m["inputs"] for k, m in metas.items()}
+    for instance in ("sched", "store"):
+        assert len({o[instance] for o in objects.values()}) == 1, instance
+    for instance in ("load", "mma"):
+        assert len({o[instance] for o in objects.values()}) == 3, instance
+    assert [m["launch"]["inputs"][0]["name"] for m in metas.values()] == ["x", "dy", "dy"]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -92,14 +99,23 @@ def test_every_kernel_runs_the_arch_mainloop(linear, arch):
         assert any(op.startswith(MMA[arch]) for op in ops), (arch, kernel)
 
 
-def test_every_kernel_is_the_gemm_kernel_and_matches_monolithic(linear):
-    """Same components and params as gemm.yaml, other binds: the same instructions; and
-    linked as monolithic, as for a single-kernel recipe."""
+def test_forward_is_the_gemm_kernel_and_dgrad_matches_monolithic(linear):
+    """forward: the components and params of gemm.yaml, other binds: the same
+    instructions. dgrad reads B MN-major, wgrad A and B: the transpose bits are set on
+    every HGMMA, and an MN-major 256-wide B stage is four TMA boxes. dgrad links as its
+    monolithic build does."""
     gemm = sass_instructions(linear["gemm"] / "gemm.cubin")
-    for kernel in KERNELS:
-        assert sass_instructions(linear["sm_90a"] / kernel / f"linear_{kernel}.cubin") == gemm
+    kernel_sass = {k: sass(linear["sm_90a"] / k / f"linear_{k}.cubin") for k in KERNELS}
+    assert sass_instructions(linear["sm_90a"] / "forward" / "linear_forward.cubin") == gemm
+    expect = {"forward": "", "dgrad": ".tnspB", "wgrad": ".tnspA.tnspB"}
+    for kernel, bits in expect.items():
+        mmas = [line for line in kernel_sass[kernel].splitlines() if "HGMMA" in line]
+        assert mmas and all(f"]{bits}," in line for line in mmas), (kernel, mmas[:1])
+        loads = kernel_sass[kernel].count("UTMALDG.3D")      # B's: 1 box, or 4 MN-major
+        assert loads == (1 if kernel == "forward" else 4), (kernel, loads)
     mono = linear["mono"] / "dgrad" / "linear_dgrad.cubin"
-    assert sorted(sass_instructions(mono)) == sorted(gemm)
+    assert sorted(sass_instructions(mono)) == \
+        sorted(sass_instructions(linear["sm_90a"] / "dgrad" / "linear_dgrad.cubin"))
     assert not (linear["mono"] / "forward").exists()     # --kernel dgrad linked dgrad only
     assert (linear["mono"] / "kernels.json").is_file()
 

@@ -39,6 +39,10 @@ EVALUATES = [
     ("align_up(100, 64)", 128),
     ("align_up(128, 64)", 128),
     ("  rows  ", 128),
+    ("rows if dtype == 'bf16' else cols", 128),
+    ("rows if dtype != 'bf16' else cols", 64),
+    ("1 if rows == 128 else 2", 1),
+    ("2 * (rows if dtype == 'f16' else 3)", 6),
 ]
 
 
@@ -58,8 +62,11 @@ REFUSED = [
     ("(lambda: 1)()", "'Call' is not allowed"),
     ("lambda: 1", "'Lambda' is not allowed"),
     ("[rows][0]", "'Subscript' is not allowed"),
-    ("rows if stages else cols", "'IfExp' is not allowed"),
-    ("rows < cols", "'Compare' is not allowed"),
+    ("rows if stages else cols", "a choice tests one == or != comparison"),
+    ("rows if rows < cols else cols", "'Lt' is not allowed"),
+    ("rows if 1 == rows == 1 else cols", "a choice tests one == or != comparison"),
+    ("rows if dtype == 2 else cols", "compare a word with an integer"),
+    ("rows if dtype != 'bf16' else 'x'", "literal 'x' is not an integer"),
     ("rows and cols", "'BoolOp' is not allowed"),
     ("not rows", "is not allowed"),
     ("~rows", "is not allowed"),
@@ -113,6 +120,7 @@ def test_refuses_values_that_are_not_expressions(value):
     (text, message) for text, message in REFUSED
     if not any(s in message for s in ("unbound", "not an integer", "division", "not a dtype",
                                       "64-bit", "exponent", "takes two", "needs arguments",
+                                      "compare a word",
                                       "'Call' is not allowed"))])
 def test_names_refuses_the_same_syntax_at_load_time(text, message):
     """What evaluation would refuse whatever the params are, loading refuses already."""

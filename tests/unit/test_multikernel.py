@@ -110,11 +110,16 @@ def test_the_linear_recipe_has_three_kernels_and_their_gradients():
     assert list(recipe.kernels()) == ["forward", "dgrad", "wgrad"]
     assert check_autograd(recipe) == {
         "forward": "forward",
-        "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
-                  "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}}}
-    # The three kernels share their instances, so their objects.
+        "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w"]},
+                  "w": {"kernel": "wgrad", "inputs": ["grad.y", "x"]}}}
+    # The kernels share the scheduler and epilogue; dgrad's and wgrad's loader and
+    # mainloop read operands MN-major.
     instances = [k.data["instances"] for k in recipe.kernels().values()]
-    assert instances[0] == instances[1] == instances[2]
+    for name in ("sched", "store"):
+        assert instances[0][name] == instances[1][name] == instances[2][name]
+    majors = [(i["load"]["params"].get("a_major", "k"), i["load"]["params"].get("b_major", "k"))
+              for i in instances]
+    assert majors == [("k", "k"), ("k", "mn"), ("mn", "mn")]
 
 
 # -- kernels.json ----------------------------------------------------------------------------

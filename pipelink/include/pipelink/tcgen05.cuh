@@ -29,6 +29,7 @@ constexpr uint32_t kFullMinN = 16;             // M = 128, 256: N is 16..256 in 
 constexpr uint32_t kPairM = 256;               // the CTA-pair MMA (cta_group::2): 128 rows each
 constexpr uint16_t kPairMask = 0b11;           // both CTAs of a pair, in a cluster of 2
 constexpr uint32_t kK = 16;                    // K per MMA for 16-bit inputs
+constexpr uint32_t kElementBytes = 2;           // the 16-bit inputs these MMAs take
 constexpr uint32_t kMinN = 8;                  // M = 64: N is 8..256 in steps of 8
 constexpr uint32_t kMaxN = 256;
 constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
@@ -80,10 +81,37 @@ __device__ __forceinline__ uint64_t desc_sw128_kmajor(uint32_t offset) {
          (kDescSwizzle128B << kDescLayoutShift);
 }
 
+// MN-major with a 128-byte swizzle (the canonical ((64, m), (8, k)) layout of 16-bit
+// elements): the tile is blocks of 64 MN-elements (one 128-byte swizzled row) by the
+// stage's K rows, one TMA box each. The leading offset steps from one MN block to the
+// next (`block_bytes` apart), the stride offset from one 8-row group of K to the next.
+__device__ __forceinline__ uint64_t desc_sw128_mnmajor(uint32_t offset, uint32_t block_bytes) {
+  const uint64_t start = (smem_addr(offset) & kDescAddressMask) / kDescUnit;
+  return start | (uint64_t(block_bytes / kDescUnit) << kDescLeadingShift) |
+         (kDescStrideSw128 << kDescStrideShift) | (kDescVersionSm100 << kDescVersionShift) |
+         (kDescBaseOffsetAligned << kDescBaseOffsetShift) |
+         (kDescSwizzle128B << kDescLayoutShift);
+}
+
+// A 128-byte-swizzled operand tile of `kTileK` columns of K: its descriptor and how far
+// one MMA's K moves it (32 bytes along a K-major row; 16 rows of an MN-major block).
+template <bool kMnMajor, uint32_t kTileK>
+struct Sw128Operand {
+  static constexpr uint32_t kBlockBytes = kTileK * kSwizzleBytes;   // MN-major: 64 x TILE_K
+  static constexpr uint32_t kKStepBytes = kMnMajor ? kK * kSwizzleBytes : kK * kElementBytes;
+  __device__ static uint64_t desc(uint32_t offset) {
+    if constexpr (kMnMajor) {
+      return desc_sw128_mnmajor(offset, kBlockBytes);
+    } else {
+      return desc_sw128_kmajor(offset);
+    }
+  }
+};
+
 // The descriptor `bytes` further along K inside the same swizzled rows: the hardware
 // swizzles the final address (bits 4-6 ^= bits 7-9), so a K step moves the start
 // address only; the pattern still starts on the 1024-byte boundary, so the base
-// offset stays 0.
+// offset stays 0. (MN-major steps are whole atoms.)
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
   return desc + bytes / kDescUnit;
 }
@@ -109,9 +137,11 @@ constexpr uint32_t kIdescMGranule = 16;        // M is stored without its 4 low 
 constexpr uint32_t kIdescF32 = 1;
 constexpr uint32_t kIdescBF16 = 1;
 constexpr uint32_t kIdescKMajor = 0;
+constexpr uint32_t kIdescMnMajor = 1;
 
-// bf16 x bf16 -> f32, both operands K-major, dense, an (M x N) D.
-template <uint32_t M, uint32_t N>
+// bf16 x bf16 -> f32, dense, an (M x N) D; each operand K-major unless its flag says
+// MN-major.
+template <uint32_t M, uint32_t N, bool kMnMajorA = false, bool kMnMajorB = false>
 constexpr uint32_t idesc_bf16_f32() {
   static_assert(M == kM || M == kFullM || M == kPairM,
                 "MMAs are M = 64 or 128 (cta_group::1) or M = 256 (cta_group::2)");
@@ -120,8 +150,9 @@ constexpr uint32_t idesc_bf16_f32() {
                 "an M = 64 MMA is 8..256 columns wide in steps of 8, an M = 128 one 16..256 "
                 "in steps of 16: change tile_n");
   return (kIdescF32 << kIdescDTypeShift) | (kIdescBF16 << kIdescATypeShift) |
-         (kIdescBF16 << kIdescBTypeShift) | (kIdescKMajor << kIdescTransposeAShift) |
-         (kIdescKMajor << kIdescTransposeBShift) | ((N / kIdescNGranule) << kIdescNShift) |
+         (kIdescBF16 << kIdescBTypeShift) |
+         ((kMnMajorA ? kIdescMnMajor : kIdescKMajor) << kIdescTransposeAShift) |
+         ((kMnMajorB ? kIdescMnMajor : kIdescKMajor) << kIdescTransposeBShift) | ((N / kIdescNGranule) << kIdescNShift) |
          ((M / kIdescMGranule) << kIdescMShift);
 }
 

@@ -8,6 +8,22 @@ namespace pl {
 
 // A TMA descriptor as the driver encodes it (CUtensorMap), opaque to device code.
 // Kernel parameters hold it by value; components get a pointer to it.
+// A word param (the generated params struct holds words as C strings), compared at
+// compile time: `if constexpr (pl::same_word(Params::a_major, "mn"))`.
+constexpr bool same_word(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+// An operand's majorness param: "k" (K contiguous) or "mn" (M or N contiguous).
+constexpr bool mn_major(const char* major) { return same_word(major, "mn"); }
+constexpr bool known_major(const char* major) {
+  return same_word(major, "k") || same_word(major, "mn");
+}
+
 struct alignas(64) TensorMap {
   uint64_t opaque[16];
 };

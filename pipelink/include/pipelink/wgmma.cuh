@@ -1,5 +1,5 @@
 // Hopper warpgroup MMA (wgmma.mma_async) on shared-memory operands: matrix
-// descriptors for 128-byte-swizzled K-major tiles, the fence/commit/wait protocol,
+// descriptors for 128-byte-swizzled K-major and MN-major tiles, the fence/commit/wait protocol,
 // and the bf16 x bf16 -> fp32 instruction for N = 64, 128 and 256.
 //
 // The instructions exist on sm_90a only: a component that calls these lists just
@@ -21,6 +21,7 @@ namespace pl::wgmma {
 
 constexpr uint32_t kM = 64;                    // rows of A and D per warpgroup instruction
 constexpr uint32_t kK = 16;                    // K per instruction for 16-bit inputs
+constexpr uint32_t kElementBytes = 2;           // the 16-bit inputs these MMAs take
 constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
 constexpr uint32_t kSwizzleRows = 8;           // rows in one swizzle atom
 constexpr uint32_t kSwizzleAtomBytes = kSwizzleBytes * kSwizzleRows;  // base alignment
@@ -47,6 +48,33 @@ __device__ __forceinline__ uint64_t desc_sw128_kmajor(uint32_t offset) {
   return start | (kDescLeadingUnused << kDescLeadingShift) |
          (kDescStrideSw128 << kDescStrideShift) | (kDescSwizzle128B << kDescSwizzleShift);
 }
+
+// MN-major with a 128-byte swizzle (the canonical ((64, m), (8, k)) layout of 16-bit
+// elements): the tile is blocks of 64 MN-elements (one 128-byte swizzled row) by the
+// stage's K rows, one TMA box each. The leading offset steps from one MN block to the
+// next (`block_bytes` apart), the stride offset from one 8-row group of K to the next.
+__device__ __forceinline__ uint64_t desc_sw128_mnmajor(uint32_t offset, uint32_t block_bytes) {
+  const uint64_t start = (smem_addr(offset) / kDescUnit) & ((1u << kDescAddressBits) - 1);
+  return start | (uint64_t(block_bytes / kDescUnit) << kDescLeadingShift) |
+         (kDescStrideSw128 << kDescStrideShift) | (kDescSwizzle128B << kDescSwizzleShift);
+}
+
+// A 128-byte-swizzled operand tile of `kTileK` columns of K: its descriptor and how far
+// one instruction's K moves it (32 bytes along a K-major row; 16 rows of an MN-major
+// block). Either way 64 rows of M take kRowsBytes: a warpgroup's slice of A.
+template <bool kMnMajor, uint32_t kTileK>
+struct Sw128Operand {
+  static constexpr uint32_t kBlockBytes = kTileK * kSwizzleBytes;   // MN-major: 64 x TILE_K
+  static constexpr uint32_t kKStepBytes = kMnMajor ? kK * kSwizzleBytes : kK * kElementBytes;
+  static constexpr uint32_t kRowsBytes = kM * kTileK * kElementBytes;  // 64 rows, any major
+  __device__ static uint64_t desc(uint32_t offset) {
+    if constexpr (kMnMajor) {
+      return desc_sw128_mnmajor(offset, kBlockBytes);
+    } else {
+      return desc_sw128_kmajor(offset);
+    }
+  }
+};
 
 // The descriptor `bytes` further along K inside the same swizzled rows: the hardware
 // applies the swizzle to the final address, so K steps just move the start address.
@@ -80,82 +108,72 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // D (64 x N, fp32) = A * B^T (+ D when `accumulate` is non-zero), A and B from
-// shared memory through descriptors. Specialised for the N this header supports.
-template <int N>
-__device__ __forceinline__ void mma_bf16_ss(float (&)[N / 2], uint64_t, uint64_t, uint32_t) {
-  static_assert(N < 0, "wgmma tiles here are 64, 128 or 256 wide: change tile_n");
-}
-
+// shared memory through descriptors, N = 64, 128 or 256. kMnMajorA / kMnMajorB: the
+// operand's tile is MN-major (the instruction's transpose bit); else K-major.
 #define PL_WGMMA_D8(d, i)                                                                 \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),         \
       "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// D (64 x 64, fp32) += A (64 x 16, bf16, smem) * B (64 x 16, bf16, smem)^T; both K-major.
-template <>
-__device__ __forceinline__ void mma_bf16_ss<64>(float (&d)[32], uint64_t a, uint64_t b,
-                                                uint32_t accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24)
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// D (64 x 128, fp32) += A (64 x 16, bf16, smem) * B (128 x 16, bf16, smem)^T; both K-major.
-template <>
-__device__ __forceinline__ void mma_bf16_ss<128>(float (&d)[64], uint64_t a, uint64_t b,
-                                                 uint32_t accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39,"
-      "%40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55,"
-      "%56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
-        PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56)
-      : "l"(a), "l"(b), "r"(accumulate));
-}
-
-// D (64 x 256, fp32) += A (64 x 16, bf16, smem) * B (256 x 16, bf16, smem)^T; both K-major.
-template <>
-__device__ __forceinline__ void mma_bf16_ss<256>(float (&d)[128], uint64_t a, uint64_t b,
-                                                 uint32_t accumulate) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
-      " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39,"
-      "%40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55,"
-      "%56, %57, %58, %59, %60, %61, %62, %63,"
-      "%64, %65, %66, %67, %68, %69, %70, %71,"
-      "%72, %73, %74, %75, %76, %77, %78, %79,"
-      "%80, %81, %82, %83, %84, %85, %86, %87,"
-      "%88, %89, %90, %91, %92, %93, %94, %95,"
-      "%96, %97, %98, %99, %100, %101, %102, %103,"
-      "%104, %105, %106, %107, %108, %109, %110, %111,"
-      "%112, %113, %114, %115, %116, %117, %118, %119,"
-      "%120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
-        PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56),
-        PL_WGMMA_D8(d, 64), PL_WGMMA_D8(d, 72), PL_WGMMA_D8(d, 80), PL_WGMMA_D8(d, 88),
-        PL_WGMMA_D8(d, 96), PL_WGMMA_D8(d, 104), PL_WGMMA_D8(d, 112), PL_WGMMA_D8(d, 120)
-      : "l"(a), "l"(b), "r"(accumulate));
+template <int N, bool kMnMajorA = false, bool kMnMajorB = false>
+__device__ __forceinline__ void mma_bf16_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
+                                            uint32_t accumulate) {
+  static_assert(N == 64 || N == 128 || N == 256,
+                "wgmma tiles here are 64, 128 or 256 wide: change tile_n");
+  constexpr int kTransA = kMnMajorA, kTransB = kMnMajorB;
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (N == 128) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39,"
+        "%40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55,"
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
+          PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (N == 256) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39,"
+        "%40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55,"
+        "%56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71,"
+        "%72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87,"
+        "%88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103,"
+        "%104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119,"
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
+          PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56),
+          PL_WGMMA_D8(d, 64), PL_WGMMA_D8(d, 72), PL_WGMMA_D8(d, 80), PL_WGMMA_D8(d, 88),
+          PL_WGMMA_D8(d, 96), PL_WGMMA_D8(d, 104), PL_WGMMA_D8(d, 112), PL_WGMMA_D8(d, 120)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  }
 }
 
 #undef PL_WGMMA_D8
