@@ -7,6 +7,7 @@ always names what it was doing.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 from ..errors import RuntimeLaunchError
@@ -28,6 +29,20 @@ def call(result: Any, what: str) -> Any:
         _, name = drv.cuGetErrorName(err)
         raise RuntimeLaunchError(f"{what} failed: {name.decode() if name else err}")
     return rest[0] if len(rest) == 1 else (tuple(rest) if rest else None)
+
+
+_THREAD = threading.local()   # the context this runtime last made current on each thread
+
+
+def make_current(context: Any) -> None:
+    """Makes a kernel's context current on the calling thread, once per thread and
+    context. A thread the caller did not set up has none: autograd's backward workers
+    on device 0 never call cudaSetDevice (device 0 is the default), so a backward that
+    runs no torch CUDA op first would meet CUDA_ERROR_INVALID_CONTEXT."""
+    handle = int(context)
+    if getattr(_THREAD, "context", None) != handle:
+        call(driver().cuCtxSetCurrent(context), "making the kernel's CUDA context current")
+        _THREAD.context = handle
 
 
 def current_device() -> int:

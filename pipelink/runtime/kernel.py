@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RuntimeLaunchError
-from .driver import call, current_device, driver
+from .driver import call, current_device, driver, make_current
 from .tensors import encode_tensormap, require_aligned, require_dense, tensor_info
 
 KERNEL_JSON = "kernel.json"
@@ -62,6 +62,7 @@ class LinkedKernel:
         self.meta, cubin = read_kernel_folder(self.folder)
         drv = driver()
         self.device = current_device()
+        self.context = call(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
         self._cubin = cubin  # the driver keeps a pointer until the module loads
         self.module = call(drv.cuModuleLoadData(cubin), f"loading {self.name}")
         self.function = call(drv.cuModuleGetFunction(self.module, self.meta["entry"].encode()),
@@ -81,7 +82,7 @@ class LinkedKernel:
     def from_meta(cls, meta: dict[str, Any]) -> LinkedKernel:
         """The argument checks and packing alone, with no driver (for tests and tools)."""
         k = object.__new__(cls)
-        k.folder, k.meta, k.device = Path("."), meta, None
+        k.folder, k.meta, k.device, k.context = Path("."), meta, None, None
         k._init_fields()
         return k
 
@@ -144,6 +145,8 @@ class LinkedKernel:
     def prepare(self, grid: tuple[int, ...] | list[int], args: dict[str, Any]) -> Launch:
         """Checks and packs the arguments once; the result launches with no more work
         than cuLaunchKernel (and zeroing hand-off counters, if the kernel has any)."""
+        if self.context is not None:     # encoding tensor maps needs it
+            make_current(self.context)
         grid = (list(grid) + [1, 1])[:3]
         if min(grid) < 1:
             raise RuntimeLaunchError(f"empty grid {grid} for kernel '{self.name}'")
@@ -185,6 +188,7 @@ class Launch:
                            else driver().cuLaunchKernel)
         self._extra = () if cooperative else (0,)
         self._success = driver().CUresult.CUDA_SUCCESS
+        self._context = kernel.context
 
     def _slot(self, field: str) -> ctypes.c_uint64 | None:
         f = self.kernel.fields.get(field)
@@ -197,6 +201,7 @@ class Launch:
         if not k.workspace_bytes:
             self.fire(stream)
             return
+        make_current(self._context)
         drv = driver()
         owned = None
         if workspace is None:
@@ -233,6 +238,7 @@ class Launch:
         """Launches with no workspace handling (for kernels without hand-off counters)."""
         # cuda.bindings' own call measured faster than a ctypes one on the H200 host
         # (6.0 vs 7.4 us, bench/overhead.py), so the launch stays there.
+        make_current(self._context)
         err, = self._cu_launch(self.kernel.function, *self._shape, stream, self._address,
                                *self._extra)
         if err != self._success:
