@@ -1,7 +1,8 @@
 """The linear recipe's three kernels on the H200 against PyTorch in fp32, element by
 element: forward Y = X W^T, dgrad dX = dY W (W read MN-major in place), wgrad
-dW = dY^T X (dY and X read MN-major in place), each loaded from its folder under build/gpu/<mode>/linear/ (kernels.json beside
-them). Outputs are poisoned with NaN before each launch."""
+dW = dY^T X (dY and X read MN-major in place), each loaded from its folder under
+build/gpu/<mode>/linear/ (kernels.json beside them). Outputs are poisoned with NaN
+before each launch."""
 
 from __future__ import annotations
 
