@@ -29,6 +29,13 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     # accumulators meet in the workspace, and only piece 0 stores the tile. A
     # consumer that ignored k_splits would store a partial sum as the result.
     "split_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
+    # G problems packed along K (weight gradients over MoE experts): problem `group`
+    # reduces the k-tiles [k_begin, k_end) of A [K, M] and B [K, N]; m_block and
+    # n_block index A's and B's columns with no problem offset, and the tile's output
+    # rows are m_offset + m_block * tile_m of C [G*M, N], stopping at m_end. A loader
+    # that offset A by m_offset would read past A; a store that ignored it would write
+    # every problem over problem 0.
+    "kgrouped_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
 }
 # Records whose pieces exchange partial accumulators: both ends of the ring state the
 # tile shape (so both size a partial alike).
@@ -44,6 +51,9 @@ COMPANION_FIELDS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "grouped_tile": (("m_offset", "m_end"), "it would address rows of another problem",
                      "read m_offset (the problem's first row) and m_end (where its rows "
                      "stop)"),
+    "kgrouped_tile": (("m_offset", "m_end"), "it would write every problem's output over "
+                      "the first one's", "read m_offset (the problem's first output row) "
+                      "and m_end"),
     "split_tile": (("k_split", "k_splits", "partials", "flag"),
                    "it would store one piece's partial sum as the tile",
                    "combine the pieces (pipelink/splitk.cuh) and read k_split, k_splits, "
@@ -70,6 +80,7 @@ def record_fields(spec: dict[str, Any]) -> tuple[str, ...]:
 
 
 _EXAMPLE = {"grouped_tile": " (rows stop at m_end: e.g. grouped_store_epilogue)",
+            "kgrouped_tile": " (e.g. tma_kgrouped_loader, then grouped_store_epilogue)",
             "split_tile": " (pieces combine their partials: e.g. store_epilogue)"}
 
 

@@ -1,10 +1,9 @@
 // tma_loader: one producer warp feeding a GEMM mainloop. Per work tile (m, n) it
 // streams the record's k-tiles [k_begin, k_end) as pairs of tiles, A (TILE_M, TILE_K)
 // and B (TILE_N, TILE_K), into two rings with TMA; the copy engine completes each
-// stage's full barrier. A K-major operand is one box per stage; an MN-major one is a
-// box of 64 M (or N) columns by TILE_K rows per 64 of the tile, laid side by side: the
-// canonical MN-major swizzled layout the MMA's descriptor walks. B's map has a group
-// dimension: grouped work reads B[group] (a plain matrix is group 0 of one).
+// stage's full barrier. A K-major operand is one box per stage, an MN-major one a box
+// of 64 M (or N) columns by TILE_K rows per 64 of the tile (pl::tma::load_operand).
+// B's map has a group dimension: grouped work reads B[group] (a plain matrix is group 0 of one).
 #include "pl_tma_loader.h"
 
 using Params = pl_params_tma_loader;
@@ -20,7 +19,6 @@ constexpr uint32_t kTileBytesA = kTileM * kRowBytes;   // (TILE_M, TILE_K)
 constexpr uint32_t kTileBytesB = kTileN * kRowBytes;   // (TILE_N, TILE_K)
 constexpr uint32_t kSwizzleBytes = 128;                // the tensor maps' SWIZZLE_128B
 constexpr uint32_t kBlockColumns = kSwizzleBytes / sizeof(Element);  // MN-major box width
-constexpr uint32_t kBlockBytes = kBlockColumns * kRowBytes;          // (64, TILE_K) box
 constexpr uint32_t kMaxBoxRows = 256;                  // TMA box limit per dimension
 
 static_assert(kRowBytes == kSwizzleBytes,
@@ -45,28 +43,6 @@ extern "C" __device__ void pl_tma_loader_producer_init(const pl_place_tma_loader
   pl::tma::prefetch_descriptor(args.tma_b);
 }
 
-// One operand's stage: the (rows, TILE_K) tile whose first M (or N) index is `mn` at
-// k-tile column `k`, of problem `group` (a 2-D map ignores it).
-template <bool kMnMajor, uint32_t kRows, bool kGrouped>
-__device__ __forceinline__ void load_tile(uint32_t stage, const void* map, uint32_t full,
-                                          int32_t mn, int32_t k, int32_t group) {
-  if constexpr (kMnMajor) {
-#pragma unroll
-    for (uint32_t b = 0; b < kRows / kBlockColumns; ++b) {
-      const int32_t col = mn + int32_t(b * kBlockColumns);
-      if constexpr (kGrouped) {
-        pl::tma::load_3d(stage + b * kBlockBytes, map, full, col, k, group);
-      } else {
-        pl::tma::load_2d(stage + b * kBlockBytes, map, full, col, k);
-      }
-    }
-  } else if constexpr (kGrouped) {
-    pl::tma::load_3d(stage, map, full, k, mn, group);
-  } else {
-    pl::tma::load_2d(stage, map, full, k, mn);
-  }
-}
-
 // Producer's perspective, per tile: each stage of both rings filled by TMA
 // (pl::producer_fill: the warp waits, one elected lane arms the barrier and copies).
 extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
@@ -78,10 +54,13 @@ extern "C" __device__ void pl_tma_loader_producer(const pl_place_tma_loader& at,
   for (int32_t k = tile.k_begin; k < tile.k_end; ++k) {
     const int32_t k_index = k * int32_t(kTileK);
     pl::producer_fill(at.port.a, st.a, kTileBytesA, [&](uint32_t stage, uint32_t full) {
-      load_tile<kMnMajorA, kTileM, false>(stage, args.tma_a, full, first_a, k_index, 0);
+      pl::tma::load_operand<Element, kMnMajorA, kTileM, kTileK, false>(stage, args.tma_a, full,
+                                                                       first_a, k_index, 0);
     });
     pl::producer_fill(at.port.b, st.b, kTileBytesB, [&](uint32_t stage, uint32_t full) {
-      load_tile<kMnMajorB, kTileN, true>(stage, args.tma_b, full, first_b, k_index, tile.group);
+      pl::tma::load_operand<Element, kMnMajorB, kTileN, kTileK, true>(stage, args.tma_b, full,
+                                                                      first_b, k_index,
+                                                                      tile.group);
     });
     st.a.advance(at.port.a);
     st.b.advance(at.port.b);

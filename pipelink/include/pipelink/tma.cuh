@@ -89,4 +89,34 @@ __device__ __forceinline__ void store_wait() {
   asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
 }
 
+// One GEMM operand stage of (kRows, kTileK) elements, 128-byte swizzled, whose
+// first M (or N) index is `mn` and first K index `k`, of problem `group` (a 2-D map
+// ignores it). K-major: one box (kTileK, kRows). MN-major: kRows / 64 boxes of
+// (64, kTileK) side by side, the canonical MN-major layout an MMA descriptor walks with
+// its leading offset (one box apart).
+template <class Element, bool kMnMajor, uint32_t kRows, uint32_t kTileK, bool kGrouped>
+__device__ __forceinline__ void load_operand(uint32_t stage, const void* map, uint32_t full,
+                                             int32_t mn, int32_t k, int32_t group) {
+  constexpr uint32_t kSwizzleBytes = 128;
+  constexpr uint32_t kBlockColumns = kSwizzleBytes / sizeof(Element);   // one swizzled row
+  constexpr uint32_t kBlockBytes = kTileK * kSwizzleBytes;
+  static_assert(!kMnMajor || kRows % kBlockColumns == 0,
+                "an MN-major tile is whole 64-wide boxes: make its rows a multiple of 128 / sizeof(dtype)");
+  if constexpr (kMnMajor) {
+#pragma unroll
+    for (uint32_t b = 0; b < kRows / kBlockColumns; ++b) {
+      const int32_t col = mn + int32_t(b * kBlockColumns);
+      if constexpr (kGrouped) {
+        load_3d(stage + b * kBlockBytes, map, full, col, k, group);
+      } else {
+        load_2d(stage + b * kBlockBytes, map, full, col, k);
+      }
+    }
+  } else if constexpr (kGrouped) {
+    load_3d(stage, map, full, k, mn, group);
+  } else {
+    load_2d(stage, map, full, k, mn);
+  }
+}
+
 }  // namespace pl::tma

@@ -66,7 +66,7 @@ struct GlobalPort {
 // travel with the work: a role that walks K iterates k_tiles() steps starting at
 // k_begin, so one bind (the scheduler's) sets them all.
 //
-// Three record types share this layout (pipelink/work.py names them for the checker):
+// Four record types share this layout (pipelink/work.py names them for the checker):
 //   gemm_tile     rows of tile m_block are [m_block * tile_m, +tile_m); the tensor's
 //                 edge bounds them (m_offset = 0, m_end = kRowsUnbounded);
 //   grouped_tile  problem `group` owns rows [m_offset, m_end) of row-packed A and C;
@@ -80,6 +80,11 @@ struct GlobalPort {
 //                 3, ... follow at the tile's accumulator size) and `flag` (piece 1's,
 //                 one uint64 per piece). Piece 0 adds the others and stores the tile,
 //                 so it has no slot. k_splits <= 1: a whole tile.
+//   kgrouped_tile problem `group` reduces k-tiles [k_begin, k_end) of operands packed
+//                 along K (A [K, M], B [K, N]: weight gradients over MoE experts);
+//                 m_block and n_block index A's and B's columns with no problem offset,
+//                 and the output tile is rows m_offset + [m_block * tile_m, +tile_m) of
+//                 C [G*M, N], stopping at m_end (m_offset = group * M).
 struct alignas(16) WorkTile {  // 48 bytes: three 16-byte shared loads
   int32_t m_block;
   int32_t n_block;
