@@ -1432,7 +1432,9 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
     The runtime turns it into a torch autograd op: ``forward`` runs on ``op(*inputs)``;
     for each differentiable input, its gradient kernel runs on the listed tensors
     (``grad.<output>`` is the incoming gradient, ``.T`` a transposed contiguous copy)
-    and its single output is the gradient."""
+    and its output (the only one, or the one ``output`` names) is the gradient; grads
+    that name the same kernel and inputs come from one launch. ``returns`` lists the
+    forward outputs the call returns."""
     section = recipe.autograd
     if section is None:
         return None
@@ -1459,16 +1461,21 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
                                           "does not define", f"kernels: {names}")
             continue
         g_inputs = list(kernel.launch.get("inputs", {}).items())
-        g_outputs = list(kernel.launch.get("outputs", {}).items())
-        if len(g_outputs) != 1:
+        g_outputs = dict(kernel.launch.get("outputs", {}))
+        output = grad.get("output")
+        if output is None and len(g_outputs) != 1:
             problems.add(f"{key}.kernel",
                          f"gradient kernel '{kernel.kernel}' has {len(g_outputs)} outputs; "
-                         "it must have exactly one, the gradient of "
-                         f"'{x}'", f"give kernels.{kernel.kernel}.launch.outputs one entry")
+                         f"say which is the gradient of '{x}'",
+                         f"add output: <one of {', '.join(g_outputs) or 'none'}>")
+        elif output is not None and output not in g_outputs:
+            problems.add(f"{key}.output", f"kernel '{kernel.kernel}' has no output "
+                                          f"'{output}'",
+                         "its outputs: " + (", ".join(g_outputs) or "none"))
         elif x in f_inputs:
+            name = output or next(iter(g_outputs))
             _same_tensor(problems, f"{key}.kernel", f"the gradient of '{x}'", f_inputs[x],
-                         f"output '{g_outputs[0][0]}' of kernel '{kernel.kernel}'",
-                         g_outputs[0][1])
+                         f"output '{name}' of kernel '{kernel.kernel}'", g_outputs[name])
         if len(grad["inputs"]) != len(g_inputs):
             problems.add(f"{key}.inputs",
                          f"lists {len(grad['inputs'])} inputs, kernel '{kernel.kernel}' takes "
@@ -1497,12 +1504,24 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
                 _same_tensor(problems, ref_key, f"'{ref}'", tensors[base],
                              f"input '{g_inputs[i][0]}' of kernel '{kernel.kernel}'",
                              g_inputs[i][1])
+    returns = section.get("returns")
+    for name in returns or ():
+        if name not in f_outputs:
+            problems.add("autograd.returns", f"'{name}' is not an output of kernel "
+                                             f"'{forward.kernel}'",
+                         "outputs: " + (", ".join(f_outputs) or "none"))
     problems.raise_if_any()
     order = list(f_inputs)
-    return {"forward": forward.kernel,
-            "grads": {x: {"kernel": section["grads"][x]["kernel"],
-                          "inputs": list(section["grads"][x]["inputs"])}
-                      for x in sorted(section["grads"], key=order.index)}}
+    grads = {}
+    for x in sorted(section["grads"], key=order.index):
+        g = section["grads"][x]
+        kernel_outputs = list(kernels[g["kernel"]].launch.get("outputs", {}))
+        grads[x] = {"kernel": g["kernel"], "inputs": list(g["inputs"]),
+                    "output": g.get("output") or kernel_outputs[0]}
+    out: dict[str, Any] = {"forward": forward.kernel, "grads": grads}
+    if returns:
+        out["returns"] = list(returns)
+    return out
 
 
 def _same_tensor(problems: _Problems, key: str, what: str, spec: dict[str, Any],

@@ -256,7 +256,14 @@ AUTOGRAD = _obj({
         "kernel": {**IDENT, "description": "the kernel computing this input's gradient"},
         "inputs": {"type": "array", "items": GRAD_INPUT, "minItems": 1,
                    "description": "the gradient kernel's launch inputs, in order"},
+        "output": {**IDENT, "description": "the gradient kernel's output that is this "
+                                           "gradient (needed when it has several: one "
+                                           "launch then gives every gradient it lists)"},
     }, ["kernel", "inputs"]), "forward input -> how its gradient is computed"),
+    "returns": {"type": "array", "items": IDENT, "minItems": 1,
+                "description": "the forward outputs the differentiable call returns "
+                               "(default: all of them); the others are kept for the "
+                               "backward"},
 }, ["forward", "grads"], "a torch autograd op over the kernels (multi-kernel recipes)")
 
 RECIPE_SCHEMA: dict[str, Any] = _obj({

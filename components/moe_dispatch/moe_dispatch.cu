@@ -6,6 +6,8 @@
 //          start[e] + (the choices of e in the shares before t's);
 //   place: thread t walks its share again, in order, and hands out those rows.
 // Rows come out expert-major, token order within an expert: the same bytes every run.
+// With align > 1 every expert's segment is padded to a multiple of align rows; padding
+// rows, and the rows past the last segment, get token -1 (row_gather writes them zero).
 #include "pl_moe_dispatch.h"
 
 using Params = pl_params_moe_dispatch;
@@ -46,16 +48,27 @@ extern "C" __device__ void pl_moe_dispatch_sort(const pl_place_moe_dispatch& at,
     total_of[t] = sum;
   }
   pl::named_sync(at.bar.counted, kThreads);
-  if (t == 0) {                                 // experts' starts and ends, in order
+  const uint32_t align = max(args.align, 1u);
+  uint32_t* pad_of = total_of + kMaxExperts;          // each expert's first padding row
+  if (t == 0) {                                 // experts' starts and (padded) ends, in order
     uint32_t start = 0;
     for (uint32_t e = 0; e < experts; ++e) {
       const uint32_t total = total_of[e];
       total_of[e] = start;
-      start += total;
+      pad_of[e] = start + total;
+      start = (start + total + align - 1) / align * align;
       args.ends[e] = int32_t(start);
     }
+    pad_of[experts] = start;                    // rows past the last segment
   }
   pl::named_sync(at.bar.counted, kThreads);
+  // Padding rows, and the capacity past the last segment (choices + E (align - 1) rows
+  // in all), point at no token.
+  const uint32_t capacity = args.choices + experts * (align - 1);
+  for (uint32_t e = 0; e <= experts; ++e) {
+    const uint32_t end = e < experts ? uint32_t(args.ends[e]) : capacity;
+    for (uint32_t row = pad_of[e] + t; row < end; row += kThreads) args.token_of[row] = kNoRow;
+  }
   for (uint32_t i = first; i < last; ++i) {
     const uint32_t e = uint32_t(args.topk_ids[i]);
     if (e >= experts) {

@@ -1,4 +1,5 @@
-// row_gather: dst[r] = src[index[r]], one warp per row, 16-byte vectors.
+// row_gather: dst[r] = src[index[r]], one warp per row, 16-byte vectors; a row with
+// a negative index (a padding row) is written with zeros.
 #include "pl_row_gather.h"
 
 using Params = pl_params_row_gather;
@@ -15,9 +16,12 @@ extern "C" __device__ void pl_row_gather_copy(const pl_place_row_gather& at,
   for (uint32_t r = blockIdx.x * Params::warps + warp; r < args.rows;
        r += gridDim.x * Params::warps) {
     const int32_t from = args.index[r];
-    if (from < 0) continue;
-    const uint4* in = reinterpret_cast<const uint4*>(args.src + size_t(from) * args.cols);
     uint4* out = reinterpret_cast<uint4*>(args.dst + size_t(r) * args.cols);
+    if (from < 0) {
+      for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) out[v] = uint4{};
+      continue;
+    }
+    const uint4* in = reinterpret_cast<const uint4*>(args.src + size_t(from) * args.cols);
     for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) out[v] = __ldg(in + v);
   }
 }

@@ -6,10 +6,14 @@ differentiable, its backward running the recipe's gradient kernels.
 kernel lives where and how gradients follow::
 
     "autograd": {"forward": "forward",
-                 "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}}}
+                 "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w"],
+                                 "output": "dx"}}}
 
 An input reference names a forward input or output, or ``grad.<output>``; a ``.T``
-suffix passes a contiguous transpose of that 2-D tensor.
+suffix passes a contiguous transpose of that 2-D tensor. Grads naming the same kernel
+and inputs come from one launch of it (a backward kernel that writes every gradient);
+``returns`` (optional) lists the forward outputs the call hands back, the rest being
+kept for the backward.
 """
 
 from __future__ import annotations
@@ -43,9 +47,13 @@ class KernelSet:
         self.kernels = {name: Op(folder / sub) for name, sub in sorted(kernels.items())}
         self.autograd = index.get("autograd")
         self.forward_op = None
+        self._returns: tuple[int, ...] | None = None
         if self.autograd:
             self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
             _register_backward(self.forward_op, self.autograd["grads"], self)
+            names = [o.name for o in self.forward_op.spec.outputs]
+            if self.autograd.get("returns"):
+                self._returns = tuple(names.index(n) for n in self.autograd["returns"])
 
     def _kernel(self, name: str, key: str) -> Op:
         if name not in self.kernels:
@@ -68,7 +76,11 @@ class KernelSet:
             raise RuntimeLaunchError(f"{self.recipe} has several kernels and no autograd: "
                                      "section; call one of them",
                                      hint="kernels: " + ", ".join(self.kernels))
-        return self.forward_op(*inputs, **kw)
+        result = self.forward_op(*inputs, **kw)
+        if self._returns is None:
+            return result
+        picked = tuple(result[i] for i in self._returns)
+        return picked[0] if len(picked) == 1 else picked
 
     def __repr__(self) -> str:
         return f"<pipelink kernels {self.recipe}: {', '.join(self.kernels)}>"
@@ -83,8 +95,13 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
     saved = [n for n in (*input_names, *outputs)
              if any(r.removesuffix(TRANSPOSE_SUFFIX) == n for r in refs)]
     name = torch_ops.op_name(forward.kernel.meta)
-    steps = [(input_names.index(x), kernels._kernel(g["kernel"], f"autograd.grads.{x}"),
-              tuple(g["inputs"])) for x, g in grads.items()]
+    # (input position, kernel, its input references, which of its outputs)
+    steps = []
+    for x, g in grads.items():
+        op = kernels._kernel(g["kernel"], f"autograd.grads.{x}")
+        out_names = [o.name for o in op.spec.outputs]
+        steps.append((input_names.index(x), op, tuple(g["inputs"]),
+                      out_names.index(g.get("output") or out_names[0])))
 
     # torch.library calls these with keywords: the parameter names are its.
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -97,9 +114,15 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
         for o, g in zip(outputs, grad_outputs, strict=True):
             env[GRAD_PREFIX + o] = g
         result: list[Any] = [None] * len(input_names)
-        for position, op, args in steps:
-            if ctx.needs_input_grad[position]:
-                result[position] = op.torch_op(*(_resolve(r, env) for r in args))
+        launched: dict[tuple[int, tuple[str, ...]], Any] = {}   # one launch per kernel call
+        for position, op, args, index in steps:
+            if not ctx.needs_input_grad[position]:
+                continue
+            key = (id(op), args)
+            if key not in launched:
+                launched[key] = op.torch_op(*(_resolve(r, env) for r in args))
+            outs = launched[key]
+            result[position] = outs[index] if isinstance(outs, (tuple, list)) else outs
         return tuple(result)
 
     if name not in _REGISTERED:

@@ -70,8 +70,10 @@ def test_kernels_json_indexes_them(linear, arch):
     doc = json.loads(text)
     assert (doc["format"], doc["recipe"], doc["arch"]) == (1, "linear", arch)
     assert doc["kernels"] == {k: k for k in KERNELS}
-    assert doc["autograd"]["grads"]["x"] == {"kernel": "dgrad", "inputs": ["grad.y", "w"]}
-    assert doc["autograd"]["grads"]["w"] == {"kernel": "wgrad", "inputs": ["grad.y", "x"]}
+    assert doc["autograd"]["grads"]["x"] == {"kernel": "dgrad", "inputs": ["grad.y", "w"],
+                                             "output": "dx"}
+    assert doc["autograd"]["grads"]["w"] == {"kernel": "wgrad", "inputs": ["grad.y", "x"],
+                                             "output": "dw"}
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -110,8 +110,8 @@ def test_the_linear_recipe_has_three_kernels_and_their_gradients():
     assert list(recipe.kernels()) == ["forward", "dgrad", "wgrad"]
     assert check_autograd(recipe) == {
         "forward": "forward",
-        "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w"]},
-                  "w": {"kernel": "wgrad", "inputs": ["grad.y", "x"]}}}
+        "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w"], "output": "dx"},
+                  "w": {"kernel": "wgrad", "inputs": ["grad.y", "x"], "output": "dw"}}}
     # The kernels share the scheduler and epilogue; dgrad's and wgrad's loader and
     # mainloop read operands MN-major.
     instances = [k.data["instances"] for k in recipe.kernels().values()]
@@ -132,8 +132,9 @@ def test_kernels_json_indexes_the_kernels_with_the_checked_autograd(tree):
     assert doc == {"format": 1, "recipe": "lin", "arch": "sm_90a",
                    "kernels": {"forward": "forward", "dgrad": "dgrad", "wgrad": "wgrad"},
                    "autograd": {"forward": "forward", "grads": {
-                       "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
-                       "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}}}}
+                       "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"], "output": "dx"},
+                       "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"],
+                             "output": "dw"}}}}
     assert text == json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 
@@ -213,8 +214,14 @@ CASES = [
           "(dy, wt)"), grad("x", "inputs", ["grad.y"])),
     Case("grad_kernel_with_two_outputs", CheckError,
          (f"{RECIPE}: autograd.grads.x.kernel", "gradient kernel 'dgrad' has 2 outputs",
-          "exactly one"),
+          "say which is the gradient of 'x'", "add output: <one of dx, extra>"),
          put("kernels.dgrad.launch.outputs.extra", {"dtype": "f32", "shape": ["M"]})),
+    Case("grad_output_unknown", CheckError,
+         (f"{RECIPE}: autograd.grads.x.output", "kernel 'dgrad' has no output 'dz'",
+          "its outputs: dx"), grad("x", "output", "dz")),
+    Case("returns_unknown", CheckError,
+         (f"{RECIPE}: autograd.returns", "'z' is not an output of kernel 'forward'"),
+         put("autograd.returns", ["z"])),
     Case("grad_kernel_without_outputs", CheckError,
          (f"{RECIPE}: autograd.grads.w.kernel", "gradient kernel 'wgrad' has 0 outputs"),
          drop("kernels.wgrad.launch.outputs")),
