@@ -20,6 +20,9 @@
 
 using Params = pl_params_cute_mainloop;
 
+static_assert(pl::same_word(Params::a_major, "k") && pl::same_word(Params::b_major, "k"),
+              "this CuTe mainloop reads K-major stages (a_major: k, b_major: k); for MN-major "
+              "operands use the hand-written mainloop");
 static_assert(Params::multicast_b == 1 || Params::multicast_b == 2,
               "B is read by one CTA or multicast across a CTA pair: set multicast_b to 1 or 2");
 using Element = Params::dtype;

@@ -33,6 +33,9 @@ constexpr uint32_t kLeader = 0;                                     // a pair's 
 constexpr uint32_t kRowBytes = kTileK * sizeof(Element);           // one K-major row
 constexpr uint32_t kLaneStride = 1u << pl::tcgen05::kLaneShift;    // TMEM: lane << 16
 
+static_assert(pl::same_word(Params::a_major, "k") && pl::same_word(Params::b_major, "k"),
+              "this CuTe mainloop reads K-major stages (a_major: k, b_major: k); for MN-major "
+              "operands use the hand-written mainloop");
 static_assert(kCtaGroup == 1 || kCtaGroup == 2, "cta_group is 1 (one CTA) or 2 (a CTA pair)");
 
 using TileM = cute::Int<kTileM>;
