@@ -1,22 +1,9 @@
 // moe_combine: y[t] = sum_j p[t, j] * rows[slot_of[t, j]], fp32, choice order.
-#include <cuda_bf16.h>
-
 #include "pl_moe_combine.h"
 
 using Params = pl_params_moe_combine;
 
-constexpr uint32_t kVector = 8;               // bf16 per 16-byte load and store
-
-// y's eight columns of one 16-byte vector += p * the row's.
-__device__ __forceinline__ void add_scaled(float (&acc)[kVector], float p, const uint4& v) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (uint32_t i = 0; i < kVector / 2; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    acc[2 * i] += p * f.x;
-    acc[2 * i + 1] += p * f.y;
-  }
-}
+constexpr uint32_t kVector = pl::vec::kBf16x8;
 
 // Every CTA's perspective, once per launch: its tokens, warp by warp.
 extern "C" __device__ void pl_moe_combine_combine(const pl_place_moe_combine& at,
@@ -35,15 +22,9 @@ extern "C" __device__ void pl_moe_combine_combine(const pl_place_moe_combine& at
         // rows were written earlier in this launch (another phase): an L2 load, never
         // the non-coherent read-only path.
         const uint4* in = reinterpret_cast<const uint4*>(args.rows + size_t(row) * args.cols);
-        add_scaled(acc, args.weights[t * args.top_k + j], __ldcg(in + v));
+        pl::vec::add_scaled(acc, args.weights[t * args.top_k + j], __ldcg(in + v));
       }
-      uint4 packed;
-      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&packed);
-#pragma unroll
-      for (uint32_t i = 0; i < kVector / 2; ++i) {
-        out[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-      }
-      reinterpret_cast<uint4*>(args.out + size_t(t) * args.cols)[v] = packed;
+      reinterpret_cast<uint4*>(args.out + size_t(t) * args.cols)[v] = pl::vec::pack(acc);
     }
   }
 }

@@ -1,43 +1,10 @@
 // moe_combine_backward: d_rows[slot] = p dy[t], dp = <dy[t], rows[slot]>; padding
 // rows zero. One warp per token, 16-byte vectors, fixed reduction order.
-#include <cuda_bf16.h>
-
 #include "pl_moe_combine_backward.h"
 
 using Params = pl_params_moe_combine_backward;
 
-constexpr uint32_t kVector = 8;               // bf16 per 16-byte load and store
-constexpr uint32_t kFullMask = 0xffffffffu;
-
-// Eight bf16 of a 16-byte vector as fp32.
-__device__ __forceinline__ void unpack(const uint4& v, float (&f)[kVector]) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (uint32_t i = 0; i < kVector / 2; ++i) {
-    const float2 p = __bfloat1622float2(pairs[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack_scaled(const float (&f)[kVector], float scale) {
-  uint4 v;
-  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (uint32_t i = 0; i < kVector / 2; ++i) {
-    pairs[i] = __floats2bfloat162_rn(scale * f[2 * i], scale * f[2 * i + 1]);
-  }
-  return v;
-}
-
-// The warp's sum of one value per lane, in a fixed butterfly order.
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (uint32_t offset = pl::kWarpThreads / 2; offset > 0; offset /= 2) {
-    x += __shfl_xor_sync(kFullMask, x, offset);
-  }
-  return x;
-}
+constexpr uint32_t kVector = pl::vec::kBf16x8;
 
 // One token's choices: each choice's row gradient, and its weight's gradient.
 __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backward& args,
@@ -58,13 +25,13 @@ __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backwar
     float dot = 0.0f;
     for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) {
       float g[kVector], y[kVector];
-      unpack(__ldg(dy + v), g);
-      unpack(__ldcg(in + v), y);
+      pl::vec::unpack(__ldg(dy + v), g);
+      pl::vec::unpack(__ldcg(in + v), y);
 #pragma unroll
       for (uint32_t i = 0; i < kVector; ++i) dot += g[i] * y[i];
-      out[v] = pack_scaled(g, p);
+      out[v] = pl::vec::pack(g, p);
     }
-    dot = warp_sum(dot);
+    dot = pl::warp_sum(dot);
     if (pl::lane() == 0) args.dp[choice] = dot;
   }
 }

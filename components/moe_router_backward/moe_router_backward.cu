@@ -9,17 +9,8 @@ using Params = pl_params_moe_router_backward;
 constexpr uint32_t kMaxExperts = Params::max_experts;
 constexpr uint32_t kMaxTopK = Params::max_top_k;
 constexpr uint32_t kExpertsPerLane = kMaxExperts / pl::kWarpThreads;
-constexpr uint32_t kFullMask = 0xffffffffu;
 
 static_assert(kMaxExperts % pl::kWarpThreads == 0, "max_experts is whole warps of experts");
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (uint32_t offset = pl::kWarpThreads / 2; offset > 0; offset /= 2) {
-    x += __shfl_xor_sync(kFullMask, x, offset);
-  }
-  return x;
-}
 
 // One token: every lane computes the chosen experts' ds (k is small), then its own
 // experts' dlogits.
@@ -56,7 +47,7 @@ __device__ __forceinline__ void token_backward(const pl_args_moe_router_backward
     for (uint32_t j = 0; j < kMaxTopK; ++j) mine[i] += id[j] == int32_t(e) ? ds[j] : 0.0f;
     if (e < experts) dot += probs[e] * mine[i];
   }
-  dot = warp_sum(dot);
+  dot = pl::warp_sum(dot);
   __nv_bfloat16* out = args.dlogits + size_t(t) * args.experts;
 #pragma unroll
   for (uint32_t i = 0; i < kExpertsPerLane; ++i) {

@@ -1,23 +1,10 @@
 // moe_token_grad: dx[t] = sum_j d_rows[slot_of[t, j]] + sum_e dlogits[t, e] wr[e].
-#include <cuda_bf16.h>
-
 #include "pl_moe_token_grad.h"
 
 using Params = pl_params_moe_token_grad;
 
-constexpr uint32_t kVector = 8;               // bf16 per 16-byte load and store
+constexpr uint32_t kVector = pl::vec::kBf16x8;
 constexpr uint32_t kMaxExperts = Params::max_experts;
-
-// acc += scale * the eight bf16 of v.
-__device__ __forceinline__ void add_scaled(float (&acc)[kVector], float scale, const uint4& v) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (uint32_t i = 0; i < kVector / 2; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    acc[2 * i] += scale * f.x;
-    acc[2 * i + 1] += scale * f.y;
-  }
-}
 
 // One token's gradient, vector by vector across the warp.
 __device__ __forceinline__ void token_grad(const pl_args_moe_token_grad& args, uint32_t t,
@@ -30,20 +17,14 @@ __device__ __forceinline__ void token_grad(const pl_args_moe_token_grad& args, u
       if (row < 0) continue;
       // d_rows and dlogits were written earlier in this launch: L2 loads.
       const uint4* in = reinterpret_cast<const uint4*>(args.d_rows + size_t(row) * args.cols);
-      add_scaled(acc, 1.0f, __ldcg(in + v));
+      pl::vec::add_scaled(acc, 1.0f, __ldcg(in + v));
     }
     for (uint32_t e = 0; e < experts; ++e) {
       const float g = __bfloat162float(__ldcg(dl + e));
       const uint4* w = reinterpret_cast<const uint4*>(args.wr + size_t(e) * args.cols);
-      add_scaled(acc, g, __ldg(w + v));
+      pl::vec::add_scaled(acc, g, __ldg(w + v));
     }
-    uint4 packed;
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&packed);
-#pragma unroll
-    for (uint32_t i = 0; i < kVector / 2; ++i) {
-      out[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-    }
-    reinterpret_cast<uint4*>(args.dx + size_t(t) * args.cols)[v] = packed;
+    reinterpret_cast<uint4*>(args.dx + size_t(t) * args.cols)[v] = pl::vec::pack(acc);
   }
 }
 

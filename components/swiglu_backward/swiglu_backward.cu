@@ -1,32 +1,10 @@
 // swiglu_backward: da = (d_gate, d_up) from a = (gate, up) and dh, per 8-column block.
-#include <cuda_bf16.h>
-
 #include "pl_swiglu_backward.h"
 
 using Params = pl_params_swiglu_backward;
 
-constexpr uint32_t kBlock = 8;               // gate and up alternate in blocks of 8 columns
+constexpr uint32_t kBlock = pl::vec::kBf16x8;  // gate and up alternate in blocks of 8 columns
 constexpr uint32_t kThreads = Params::warps * pl::kWarpThreads;
-
-__device__ __forceinline__ void unpack(const uint4& v, float (&f)[kBlock]) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (uint32_t i = 0; i < kBlock / 2; ++i) {
-    const float2 p = __bfloat1622float2(pairs[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
-__device__ __forceinline__ uint4 pack(const float (&f)[kBlock]) {
-  uint4 v;
-  __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (uint32_t i = 0; i < kBlock / 2; ++i) {
-    pairs[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  }
-  return v;
-}
 
 // The gradients of one block of h = silu(gate) * up, in place: gate becomes d_gate
 // and up d_up (three blocks of fp32 live, not five: the role runs in 64 registers).
@@ -54,11 +32,11 @@ extern "C" __device__ void pl_swiglu_backward_elementwise(
        b < blocks; b += size_t(gridDim.x) * kThreads) {
     float gate[kBlock], up[kBlock], grad[kBlock];
     // a and dh were written earlier in this launch: L2 loads.
-    unpack(__ldcg(a + 2 * b), gate);
-    unpack(__ldcg(a + 2 * b + 1), up);
-    unpack(__ldcg(dh + b), grad);
+    pl::vec::unpack(__ldcg(a + 2 * b), gate);
+    pl::vec::unpack(__ldcg(a + 2 * b + 1), up);
+    pl::vec::unpack(__ldcg(dh + b), grad);
     block_backward(gate, up, grad);
-    da[2 * b] = pack(gate);
-    da[2 * b + 1] = pack(up);
+    da[2 * b] = pl::vec::pack(gate);
+    da[2 * b + 1] = pl::vec::pack(up);
   }
 }

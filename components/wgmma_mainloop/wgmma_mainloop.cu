@@ -29,7 +29,7 @@ constexpr bool kMnMajorA = pl::mn_major(Params::a_major);
 constexpr bool kMnMajorB = pl::mn_major(Params::b_major);
 using OperandA = pl::wgmma::Sw128Operand<kMnMajorA, kTileK>;
 using OperandB = pl::wgmma::Sw128Operand<kMnMajorB, kTileK>;
-constexpr uint32_t kWarpgroupBytesA = OperandA::kRowsBytes;        // (64, TILE_K) of A
+constexpr uint32_t kWarpgroupBytesA = OperandA::kRows64Bytes;      // (64, TILE_K) of A
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>,
               "this mainloop multiplies bf16: set dtype: bf16");

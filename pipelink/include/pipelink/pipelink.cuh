@@ -16,6 +16,7 @@
 #include "pipelink/raster.cuh"
 #include "pipelink/tma.cuh"
 #include "pipelink/warp.cuh"
+#include "pipelink/vec.cuh"
 #include "pipelink/global_handoff.cuh"
 #include "pipelink/splitk.cuh"
 #include "pipelink/phase.cuh"

@@ -35,4 +35,20 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// The geometry of a 128-byte-swizzled 16-bit MMA operand tile of kTileK columns of K,
+// read `kInstrK` of K per instruction: K-major, each row is one 128-byte swizzled row
+// and an instruction's K is 32 bytes along it; MN-major, the tile is blocks of 64 M (or
+// N) elements by kTileK rows, kBlockBytes apart, and an instruction's K is kInstrK rows
+// of 128 bytes. Either way a slice of 64 rows of M (one wgmma's) takes kRows64Bytes.
+template <bool kMnMajor, uint32_t kTileK, uint32_t kInstrK>
+struct Sw128Geometry {
+  static constexpr uint32_t kSwizzleRowBytes = 128;
+  static constexpr uint32_t kElementBytes = 2;
+  static constexpr uint32_t kBlockBytes = kTileK * kSwizzleRowBytes;
+  static constexpr uint32_t kKStepBytes =
+      kMnMajor ? kInstrK * kSwizzleRowBytes : kInstrK * kElementBytes;
+  static constexpr uint32_t kSliceRows = 64;
+  static constexpr uint32_t kRows64Bytes = kSliceRows * kTileK * kElementBytes;
+};
+
 }  // namespace pl

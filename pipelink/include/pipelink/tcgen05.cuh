@@ -29,7 +29,6 @@ constexpr uint32_t kFullMinN = 16;             // M = 128, 256: N is 16..256 in 
 constexpr uint32_t kPairM = 256;               // the CTA-pair MMA (cta_group::2): 128 rows each
 constexpr uint16_t kPairMask = 0b11;           // both CTAs of a pair, in a cluster of 2
 constexpr uint32_t kK = 16;                    // K per MMA for 16-bit inputs
-constexpr uint32_t kElementBytes = 2;           // the 16-bit inputs these MMAs take
 constexpr uint32_t kMinN = 8;                  // M = 64: N is 8..256 in steps of 8
 constexpr uint32_t kMaxN = 256;
 constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
@@ -93,15 +92,13 @@ __device__ __forceinline__ uint64_t desc_sw128_mnmajor(uint32_t offset, uint32_t
          (kDescSwizzle128B << kDescLayoutShift);
 }
 
-// A 128-byte-swizzled operand tile of `kTileK` columns of K: its descriptor and how far
-// one MMA's K moves it (32 bytes along a K-major row; 16 rows of an MN-major block).
+// A 128-byte-swizzled operand tile of `kTileK` columns of K (pl::Sw128Geometry) and
+// its descriptor.
 template <bool kMnMajor, uint32_t kTileK>
-struct Sw128Operand {
-  static constexpr uint32_t kBlockBytes = kTileK * kSwizzleBytes;   // MN-major: 64 x TILE_K
-  static constexpr uint32_t kKStepBytes = kMnMajor ? kK * kSwizzleBytes : kK * kElementBytes;
+struct Sw128Operand : Sw128Geometry<kMnMajor, kTileK, kK> {
   __device__ static uint64_t desc(uint32_t offset) {
     if constexpr (kMnMajor) {
-      return desc_sw128_mnmajor(offset, kBlockBytes);
+      return desc_sw128_mnmajor(offset, Sw128Geometry<kMnMajor, kTileK, kK>::kBlockBytes);
     } else {
       return desc_sw128_kmajor(offset);
     }

@@ -44,4 +44,14 @@ __device__ __forceinline__ bool elect_one_sync() {
   return elected != 0;
 }
 
+// The warp's sum of one value per lane, in a fixed butterfly order (the same bits every
+// run). Every lane gets the sum.
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (uint32_t offset = kWarpThreads / 2; offset > 0; offset /= 2) {
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
+  }
+  return x;
+}
+
 }  // namespace pl

@@ -21,7 +21,6 @@ namespace pl::wgmma {
 
 constexpr uint32_t kM = 64;                    // rows of A and D per warpgroup instruction
 constexpr uint32_t kK = 16;                    // K per instruction for 16-bit inputs
-constexpr uint32_t kElementBytes = 2;           // the 16-bit inputs these MMAs take
 constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
 constexpr uint32_t kSwizzleRows = 8;           // rows in one swizzle atom
 constexpr uint32_t kSwizzleAtomBytes = kSwizzleBytes * kSwizzleRows;  // base alignment
@@ -59,17 +58,13 @@ __device__ __forceinline__ uint64_t desc_sw128_mnmajor(uint32_t offset, uint32_t
          (kDescStrideSw128 << kDescStrideShift) | (kDescSwizzle128B << kDescSwizzleShift);
 }
 
-// A 128-byte-swizzled operand tile of `kTileK` columns of K: its descriptor and how far
-// one instruction's K moves it (32 bytes along a K-major row; 16 rows of an MN-major
-// block). Either way 64 rows of M take kRowsBytes: a warpgroup's slice of A.
+// A 128-byte-swizzled operand tile of `kTileK` columns of K (pl::Sw128Geometry) and
+// its descriptor.
 template <bool kMnMajor, uint32_t kTileK>
-struct Sw128Operand {
-  static constexpr uint32_t kBlockBytes = kTileK * kSwizzleBytes;   // MN-major: 64 x TILE_K
-  static constexpr uint32_t kKStepBytes = kMnMajor ? kK * kSwizzleBytes : kK * kElementBytes;
-  static constexpr uint32_t kRowsBytes = kM * kTileK * kElementBytes;  // 64 rows, any major
+struct Sw128Operand : Sw128Geometry<kMnMajor, kTileK, kK> {
   __device__ static uint64_t desc(uint32_t offset) {
     if constexpr (kMnMajor) {
-      return desc_sw128_mnmajor(offset, kBlockBytes);
+      return desc_sw128_mnmajor(offset, Sw128Geometry<kMnMajor, kTileK, kK>::kBlockBytes);
     } else {
       return desc_sw128_kmajor(offset);
     }
