@@ -13,8 +13,8 @@ the monolithic build of the same recipe is timed beside the linked one.
 The recipe routes top-2: the Mixtral-like configuration is the issue's (T 8192, H 4096,
 F 14336, E 8); the fine-grained one is run at its shapes (T 16384, H 2048, F 1408,
 E 64) with top-2, not its top-6. Times: interleaved CUDA-event medians over rotated
-inputs and triton's do_bench (L2 flushed); TFLOP/s count 3x the forward's matmul FLOPs
-(the backward's recomputation of the gate/up pre-activations is not counted). Peak
+inputs and triton's do_bench (L2 flushed); TFLOP/s count 3x the forward's matmul FLOPs.
+Peak
 memory: torch.cuda.max_memory_allocated over one forward+backward of each.
 """
 
@@ -38,7 +38,7 @@ from pipelink import interleave_gate_up  # noqa: E402
 TOP_K = 2
 ROTATE = 2
 CONFIGS = [("mixtral-like", 8192, 8, 4096, 14336), ("fine-grained (top-2)", 16384, 64, 2048, 1408)]
-SAVED = ("probs", "topk_ids", "topk_w", "ends", "slot_of", "token_of", "xp", "h", "yp")
+SAVED = ("probs", "topk_ids", "topk_w", "ends", "slot_of", "token_of", "xp", "a", "h", "yp")
 
 
 def make_inputs(t: int, e: int, d: int, f: int, seed: int) -> list[dict]:

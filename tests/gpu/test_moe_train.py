@@ -1,12 +1,13 @@
 """moe_train: the MoE layer's forward and backward kernels on the H200, against an fp32
 PyTorch reference on fresh random inputs. The forward kernel runs with every output
-poisoned; its routing is checked as moe_layer's test does, and its padded routing
-table (each expert's segment padded to 64 rows, padding rows pointing at no token and
-gathered as zeros). The backward kernel runs with every output poisoned; dX, dWr, dW1
-and dW2 are compared element by element with autograd through an fp32 reference that
-routes as the kernel did. Then the recipe's autograd op (`loss.backward()`) must give
-the same bytes as the direct launches. Cases: skewed routing (one expert takes most
-tokens), empty experts, T not a multiple of the tile, E = 8, 16 and 64."""
+poisoned; its routing is checked as moe_layer's test does, and its padded routing table
+(each expert's segment padded to 64 rows, padding rows pointing at no token and gathered
+as zeros) and the gate/up pre-activations it keeps for the backward. The backward kernel
+runs with every output poisoned; dX, dWr, dW1 and dW2 are compared element by element
+with autograd through an fp32 reference that routes as the kernel did. Then the recipe's
+autograd op (`loss.backward()`) must give the same bytes as the direct launches. Cases:
+skewed routing (one expert takes most tokens), empty experts, T not a multiple of the
+tile, E = 8, 16 and 64."""
 
 from __future__ import annotations
 
@@ -89,6 +90,17 @@ def _check_padded_table(outs: dict, x, e: int) -> None:  # noqa: ANN001
                        torch.arange(x.shape[0], device="cuda")[:, None].expand_as(slots))
 
 
+def _check_pre_activations(outs: dict, w1) -> None:  # noqa: ANN001
+    """The kept pre-activations A = Xp W1^T, expert by expert, padding rows included
+    (zero rows of Xp give zero rows of A)."""
+    begin = 0
+    for g, end in enumerate(outs["ends"].tolist()):
+        if end > begin:                       # an expert with no tokens has no rows
+            ref = outs["xp"][begin:end].float() @ w1[g].float().t()
+            _close(f"a[expert {g}]", outs["a"][begin:end], ref)
+        begin = end
+
+
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_moe_train_forward_and_backward_match_pytorch(build_dir, mode, case):
@@ -107,8 +119,8 @@ def test_moe_train_forward_and_backward_match_pytorch(build_dir, mode, case):
     outs = ks.forward(x, wr, w1, w2, out=_poison({
         "y": ((t, d), bf), "probs": ((t, e), f32), "topk_ids": ((t, TOP_K), i32),
         "topk_w": ((t, TOP_K), f32), "ends": ((e,), i32), "slot_of": ((t, TOP_K), i32),
-        "token_of": ((rows,), i32), "xp": ((rows, d), bf), "h": ((rows, f), bf),
-        "yp": ((rows, d), bf)}))
+        "token_of": ((rows,), i32), "xp": ((rows, d), bf), "a": ((rows, 2 * f), bf),
+        "h": ((rows, f), bf), "yp": ((rows, d), bf)}))
     names = [o.name for o in ks.forward.spec.outputs]
     outs = dict(zip(names, outs, strict=True))
     torch.cuda.synchronize()
@@ -118,11 +130,12 @@ def test_moe_train_forward_and_backward_match_pytorch(build_dir, mode, case):
         share = float((outs["topk_ids"] == 0).any(1).float().mean())
         assert share >= 0.6, f"the skewed case routes only {share:.0%} of tokens to expert 0"
     dy = (torch.randn(t, d, device="cuda") / 4).to(bf)
+    _check_pre_activations(outs, w1)
     saved = [outs[n] for n in ("probs", "topk_ids", "topk_w", "ends", "slot_of", "token_of",
-                               "xp", "h", "yp")]
+                               "xp", "a", "h", "yp")]
     grads = ks.backward(dy, x, wr, w1, w2, *saved, out=_poison({
         "dx": ((t, d), bf), "dwr": ((e, d), bf), "dw1": ((e, 2 * f, d), bf),
-        "dw2": ((e, d, f), bf), "a": ((rows, 2 * f), bf), "dyp": ((rows, d), bf),
+        "dw2": ((e, d, f), bf), "dyp": ((rows, d), bf), "da": ((rows, 2 * f), bf),
         "dp": ((t, TOP_K), f32), "dlogits": ((t, e), bf), "dh": ((rows, f), bf)}))
     grads = dict(zip([o.name for o in ks.backward.spec.outputs], grads, strict=True))
     torch.cuda.synchronize()
