@@ -120,10 +120,10 @@ def test_hard_coded_barrier_ids(tmp_path, contract, error):
 
 @pytest.mark.parametrize("body,contract,error", [
     (PLACED.replace("128", "64"), PLACED_BARRIER,
-     "syncs a named barrier with 64 threads ('bar.sync %r"),
+     "syncs a named barrier with 64 threads ('barrier.sync %r"),
     # An id computed at run time, not read from the placement.
     (PLACED.replace("at.bar.sync", "uint32_t(tile.m_block) % 15 + 1"), "",
-     "uses a named barrier ('bar.sync %r"),
+     "uses a named barrier ('barrier.sync %r"),
 ], ids=["wrong_threads", "undeclared"])
 def test_placed_barrier_counts(tmp_path, body, contract, error):
     component(tmp_path, "odd", body, contract)
