@@ -722,6 +722,14 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                              "PipeLink does not know", "use one of " + ", ".join(DTYPES))
     for spec in launch.get("inputs", {}).values():
         sizes |= {d for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
+    for name in launch.get("scalars", {}):
+        if name in sizes or name in tensors:
+            what = "a tensor" if name in tensors else (
+                "a size the runtime gives" if name in HOST_SIZES else "an input dimension")
+            problems.add(f"launch.scalars.{name}",
+                         f"scalar '{name}' has the name of {what}: a call could not tell "
+                         "which value it means", "rename the scalar")
+        sizes.add(name)
     known = ", ".join(sorted(sizes - set(HOST_SIZES))) or "none"
 
     def names_known(value: Any, key: str) -> None:
@@ -734,8 +742,8 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
         if unknown:
             problems.add(key, f"{value!r} names {'sizes' if len(unknown) > 1 else 'size'} "
                               f"{', '.join(unknown)}, which no input's shape binds",
-                         f"sizes here: {known} (from launch.inputs shapes) and "
-                         f"{', '.join(HOST_SIZES)}")
+                         f"sizes here: {known} (from launch.inputs shapes and "
+                         f"launch.scalars) and {', '.join(HOST_SIZES)}")
 
     for group in ("inputs", "outputs"):
         for name, spec in launch.get(group, {}).items():

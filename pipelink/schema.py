@@ -200,6 +200,12 @@ LAUNCH = _obj(description="how the host launches the kernel", props={
                 "minItems": 3, "maxItems": 3,
                 "description": "cluster shape [x, y, z]; components that state one agree"},
     "inputs": _map(TENSOR, "call(x, w): the op's positional inputs, name -> {dtype, shape}"),
+    "scalars": {"type": "object",
+                "propertyNames": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+                "additionalProperties": {"type": "integer"},
+                "description": "call(x, w, k=6): the op's keyword integer arguments, name -> "
+                               "default; each is a size that shapes, binds and require "
+                               "may name (state its bounds under require)"},
     "outputs": _map(TENSOR, "allocated outputs: name -> {dtype, shape}"),
     "bind": {"type": "object", "description": "instance.arg -> a tensor's name or a host "
                                               "expression over sizes (and num_sms)"},

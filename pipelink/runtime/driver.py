@@ -34,12 +34,14 @@ def call(result: Any, what: str) -> Any:
 _THREAD = threading.local()   # the context this runtime last made current on each thread
 
 
-def make_current(context: Any) -> None:
+def make_current(context: Any, handle: int | None = None) -> None:
     """Makes a kernel's context current on the calling thread, once per thread and
     context. A thread the caller did not set up has none: autograd's backward workers
     on device 0 never call cudaSetDevice (device 0 is the default), so a backward that
-    runs no torch CUDA op first would meet CUDA_ERROR_INVALID_CONTEXT."""
-    handle = int(context)
+    runs no torch CUDA op first would meet CUDA_ERROR_INVALID_CONTEXT. ``handle`` is
+    ``int(context)`` where the caller keeps it (a launch does: it is on every call)."""
+    if handle is None:
+        handle = int(context)
     if getattr(_THREAD, "context", None) != handle:
         call(driver().cuCtxSetCurrent(context), "making the kernel's CUDA context current")
         _THREAD.context = handle

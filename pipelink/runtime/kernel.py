@@ -189,6 +189,7 @@ class Launch:
         self._extra = () if cooperative else (0,)
         self._success = driver().CUresult.CUDA_SUCCESS
         self._context = kernel.context
+        self._handle = None if kernel.context is None else int(kernel.context)
 
     def _slot(self, field: str) -> ctypes.c_uint64 | None:
         f = self.kernel.fields.get(field)
@@ -201,7 +202,7 @@ class Launch:
         if not k.workspace_bytes:
             self.fire(stream)
             return
-        make_current(self._context)
+        make_current(self._context, self._handle)
         drv = driver()
         owned = None
         if workspace is None:
@@ -213,7 +214,7 @@ class Launch:
         for offset, nbytes in k.counters:
             call(drv.cuMemsetD8Async(workspace + offset, 0, nbytes, stream),
                  "zeroing hand-off counters")
-        self.fire(stream)
+        self._launch(stream)
         if owned is not None:
             call(drv.cuMemFreeAsync(owned, stream), "freeing the workspace")
 
@@ -238,7 +239,11 @@ class Launch:
         """Launches with no workspace handling (for kernels without hand-off counters)."""
         # cuda.bindings' own call measured faster than a ctypes one on the H200 host
         # (6.0 vs 7.4 us, bench/overhead.py), so the launch stays there.
-        make_current(self._context)
+        make_current(self._context, self._handle)
+        self._launch(stream)
+
+    def _launch(self, stream: int) -> None:
+        """cuLaunchKernel itself, the kernel's context already current."""
         err, = self._cu_launch(self.kernel.function, *self._shape, stream, self._address,
                                *self._extra)
         if err != self._success:

@@ -105,7 +105,7 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
 
     # torch.library calls these with keywords: the parameter names are its.
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        values = dict(zip(input_names, inputs, strict=True))
+        values = dict(zip(input_names, inputs[:len(input_names)], strict=True))
         values.update(zip(outputs, output if len(outputs) > 1 else (output,), strict=True))
         ctx.save_for_backward(*(values[n] for n in saved))
 
@@ -113,7 +113,9 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
         env = dict(zip(saved, ctx.saved_tensors, strict=True))
         for o, g in zip(outputs, grad_outputs, strict=True):
             env[GRAD_PREFIX + o] = g
-        result: list[Any] = [None] * len(input_names)
+        # One per argument the op was called with: its scalars (after the tensors, the
+        # dispatcher dropping those left at their defaults) get none.
+        result: list[Any] = [None] * len(ctx.needs_input_grad)
         launched: dict[tuple[int, tuple[str, ...]], Any] = {}   # one launch per kernel call
         for position, op, args, index in steps:
             if not ctx.needs_input_grad[position]:

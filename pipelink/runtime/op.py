@@ -50,8 +50,12 @@ class Plan:
     scalars: dict[str, int]
     alloc: tuple[tuple[str, tuple[int, ...], Any], ...]   # fresh outputs: name, shape, dtype
     aligns: tuple[tuple[str, int], ...]       # tensor name -> byte alignment its fields need
-    input_aligns: tuple[tuple[int, int], ...]  # the same, by input position
+    # The same by position among the inputs, then the given outputs (in output order).
+    positional_aligns: tuple[tuple[int, int], ...]
     spans: dict[str, int]                      # bytes each input and given output spans
+    # Given outputs that must not overlap another tensor: (position, its span, the
+    # other's position, its span), positions as in positional_aligns.
+    disjoint: tuple[tuple[int, int, int, int], ...] = ()
     launches: OrderedDict[tuple, Launch] = field(default_factory=OrderedDict)
     # The plan's first launch, and which kernel fields hold which tensor (by position
     # among inputs then outputs): other addresses are this launch with fields moved.
@@ -97,10 +101,20 @@ class Op:
     def _setup(self, num_sms: int) -> None:
         import torch
         self._torch = torch
+        # What every cached call asks of torch, looked up once.
+        self._empty = torch.empty
+        self._grad_enabled = torch.is_grad_enabled
+        self._any_requires_grad = getattr(torch._C, "_any_requires_grad",
+                                          lambda *ts: any(t.requires_grad for t in ts))
+        self._is_compiling = torch.compiler.is_compiling
+        # (absent from CPU-only builds of torch, where an op is checks and shapes only)
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._num_sms = num_sms
         self._plans: dict[tuple, Plan] = {}
         self._device = torch.device("cuda", self.kernel.device or 0)
         self._out_names = tuple(o.name for o in self.spec.outputs)
+        self._inplace = any(o.inplace for o in self.spec.outputs)
+        self._defaults = self.spec.scalar_values({})
         self.torch_op = torch_ops.register(self)
 
     @property
@@ -112,60 +126,77 @@ class Op:
         return (f"<pipelink op {self.name}({ins}) -> ({', '.join(self._out_names)}) "
                 f"from {self.kernel.folder}>")
 
-    def __call__(self, *inputs: Any, out: Any = None, stream: Any = None) -> Any:
+    def __call__(self, *inputs: Any, out: Any = None, stream: Any = None,
+                 **scalars: Any) -> Any:
         """Runs the kernel on ``inputs`` and returns the outputs (a tensor, or a tuple).
 
         ``out=`` (a tensor, a tuple, or a dict by output name) writes into given tensors;
         ``stream=`` (a ``torch.cuda.Stream``) launches there instead of the current
-        stream. Without either, the call goes through the registered custom op when
-        torch.compile traces it or autograd needs it.
+        stream; other keywords are the recipe's ``launch.scalars`` (``top_k=6``).
+        Without ``out=`` or ``stream=``, the call goes through the registered custom op
+        when torch.compile traces it or autograd needs it.
         """
-        if out is None and stream is None:
-            if self.torch_op is not None and torch_ops.is_compiling():
-                return self.torch_op(*inputs)
-            result = self._cached_call(inputs)
+        values = self.spec.scalar_values(scalars) if scalars else self._defaults
+        if stream is None:
+            if out is None and self.torch_op is not None and self._is_compiling():
+                return self.torch_op(*inputs, *values)
+            result = self._cached_call(inputs, out, values)
             if result is not None:
                 return result
-            if self.torch_op is not None and torch_ops.use_dispatcher(inputs):
-                return self.torch_op(*inputs)
-        return self._checked_call(inputs, out, stream)
+            if out is None and self.torch_op is not None and torch_ops.use_dispatcher(inputs):
+                return self.torch_op(*inputs, *values)
+        return self._checked_call(inputs, out, stream, values)
 
-    def run(self, inputs: tuple[Any, ...], *, out: Any = None, stream: Any = None) -> Any:
-        """The eager launch (what the custom op's CUDA kernel calls)."""
-        if out is None and stream is None:
-            result = self._cached_call(inputs)
+    def run(self, inputs: tuple[Any, ...], values: tuple[Any, ...] = (), *,
+            out: Any = None, stream: Any = None) -> Any:
+        """The eager launch (what the custom op's CUDA kernel calls), scalars by position."""
+        values = self.spec.trailing_scalars(tuple(values))
+        if stream is None:
+            result = self._cached_call(inputs, out, values)
             if result is not None:
                 return result
-        return self._checked_call(inputs, out, stream)
+        return self._checked_call(inputs, out, stream, values)
 
     # -- the cached path ---------------------------------------------------------------
 
-    def _cached_call(self, inputs: tuple[Any, ...]) -> Any:
-        """A plain-tensor call whose layout has a plan and whose addresses are aligned;
+    def _cached_call(self, inputs: tuple[Any, ...], out: Any, values: tuple[Any, ...]) -> Any:
+        """A plain-tensor call whose layout has a plan, whose addresses are aligned and
+        whose given outputs (a tensor, or one per output in order) overlap nothing;
         None sends it on (to the dispatcher or the checked path, which explains any
         problem)."""
-        torch = self._torch
         try:
-            plan = self._plans.get(tuple([(type(t), t.shape, t.stride(), t.dtype,
-                                           t.get_device()) for t in inputs]))
-            if plan is None or (torch.is_grad_enabled()
-                                and any([t.requires_grad for t in inputs])):
+            key = tuple([(type(t), t.shape, t.stride(), t.dtype, t.get_device())
+                         for t in inputs])
+            given = () if out is None else self._given_in_order(out)
+            if given is None:
+                return None
+            if given:
+                key += tuple([(n, (type(t), t.shape, t.stride(), t.dtype, t.get_device()))
+                              for n, t in zip(self._out_names, given, strict=True)])
+            if values:
+                key += (values,)
+            plan = self._plans.get(key)
+            if plan is None or (self._grad_enabled() and self._any_requires_grad(*inputs)):
                 return None     # autograd records it through the dispatcher
         except (AttributeError, TypeError):
             return None
-        ptrs = [t.data_ptr() for t in inputs]
-        for i, align in plan.input_aligns:
+        ptrs = [t.data_ptr() for t in (*inputs, *given)]
+        for i, align in plan.positional_aligns:
             if ptrs[i] % align:
                 return None
+        for i, i_bytes, j, j_bytes in plan.disjoint:
+            if spans_overlap(ptrs[i], i_bytes, ptrs[j], j_bytes):
+                return None
         device = self._device
-        outs = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype in plan.alloc]
-        key = (*ptrs, *[o.data_ptr() for o in outs])
+        outs = list(given) or [self._empty(shape, dtype=dtype, device=device)
+                               for _, shape, dtype in plan.alloc]
+        key = (*ptrs, *[o.data_ptr() for o in outs]) if not given else tuple(ptrs)
         launch = plan.launches.get(key)
         if launch is None:
             values = dict(zip(self.spec.input_names, inputs, strict=True))
             values.update(zip(self._out_names, outs, strict=True))
             launch = self._new_launch(plan, key, values)
-        stream = torch._C._cuda_getCurrentRawStream(device.index)
+        stream = self._raw_stream(device.index)
         if self.kernel.workspace_bytes:
             workspace = torch_ops.workspace(self.kernel.workspace_bytes, device.index, stream)
             launch(stream, workspace.data_ptr())
@@ -173,12 +204,22 @@ class Op:
             launch.fire(stream)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _given_in_order(self, out: Any) -> tuple[Any, ...] | None:
+        """``out=`` as one tensor per output in output order, where it is that simply
+        (None otherwise: the checked path reads dicts, partial sets, in-place kernels)."""
+        if self._inplace or isinstance(out, dict):
+            return None
+        if isinstance(out, (tuple, list)):
+            return tuple(out) if len(out) == len(self._out_names) else None
+        return (out,) if len(self._out_names) == 1 else None
+
     # -- the checked path --------------------------------------------------------------
 
-    def _checked_call(self, inputs: tuple[Any, ...], out: Any, stream: Any) -> Any:
+    def _checked_call(self, inputs: tuple[Any, ...], out: Any, stream: Any,
+                      values: tuple[Any, ...]) -> Any:
         tensors = self._named_inputs(inputs)
         given = self._named_outputs(out)
-        plan = self._plan(tensors, given)
+        plan = self._plan(tensors, given, values)
         self._check_addresses(plan, tensors, given)
         if stream is None:      # the common case, without a context manager's cost
             import torch
@@ -200,13 +241,14 @@ class Op:
         launch(stream, None if workspace is None else workspace.data_ptr())
         return outputs
 
-    def prepare(self, *inputs: Any, out: Any = None, stream: Any = None) -> PreparedCall:
+    def prepare(self, *inputs: Any, out: Any = None, stream: Any = None,
+                **scalars: Any) -> PreparedCall:
         """Checks and packs one call's arguments once: the result relaunches on the same
         tensors, on the stream it was prepared for, with nothing but ``cuLaunchKernel``
         (the lowest overhead)."""
         tensors = self._named_inputs(inputs)
         given = self._named_outputs(out)
-        plan = self._plan(tensors, given)
+        plan = self._plan(tensors, given, self.spec.scalar_values(scalars))
         self._check_addresses(plan, tensors, given)
         with torch_ops.on_stream(stream, self._device.index) as handle:
             outputs = self._outputs(plan, given)
@@ -246,7 +288,8 @@ class Op:
                                      hint="outputs: " + ", ".join(names))
         return given
 
-    def _plan(self, tensors: dict[str, Any], given: dict[str, Any]) -> Plan:
+    def _plan(self, tensors: dict[str, Any], given: dict[str, Any],
+              values: tuple[Any, ...]) -> Plan:
         for o in self.spec.outputs:
             if o.inplace:
                 if given.get(o.name) is not None and given[o.name] is not tensors[o.inplace]:
@@ -256,12 +299,15 @@ class Op:
         key = tuple(_layout(t) for t in tensors.values())
         if given:
             key += tuple((n, _layout(t)) for n, t in given.items())
+        if values:
+            key += (values,)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._make_plan(tensors, given)
+            plan = self._plans[key] = self._make_plan(tensors, given, values)
         return plan
 
-    def _make_plan(self, tensors: dict[str, Any], given: dict[str, Any]) -> Plan:
+    def _make_plan(self, tensors: dict[str, Any], given: dict[str, Any],
+                   values: tuple[Any, ...]) -> Plan:
         expected = {spec.name: spec.dtype for spec in self.spec.inputs}
         infos = {n: tensor_info(t, f"input '{n}'", expected.get(n))
                  for n, t in tensors.items()}
@@ -269,7 +315,8 @@ class Op:
             self._check_device(f"input '{name}'", info)
         sizes = self.spec.sizes({n: i.shape for n, i in infos.items()},
                                 {n: i.dtype for n, i in infos.items()},
-                                {"num_sms": self._num_sms})
+                                {**dict(zip(self.spec.scalar_names, values, strict=True)),
+                                 "num_sms": self._num_sms})
         shapes = self.spec.output_shapes(sizes)
         alloc = []
         for o in self.spec.outputs:
@@ -285,11 +332,13 @@ class Op:
         aligns = []
         for name, info in infos.items():
             aligns += self._check_layout(name, info)
-        position = {n: i for i, n in enumerate(self.spec.input_names)}
+        order = [*self.spec.input_names, *[n for n in self._out_names if n in given]]
+        position = {n: i for i, n in enumerate(order)}
+        spans = {n: info.nbytes_spanned for n, info in infos.items()}
         return Plan(self.spec.grid_for(sizes, self._num_sms), self.spec.scalars(sizes),
-                    tuple(alloc), tuple(aligns),
-                    tuple((position[n], a) for n, a in aligns if n in position),
-                    {n: info.nbytes_spanned for n, info in infos.items()})
+                    tuple(alloc), tuple(aligns), tuple((position[n], a) for n, a in aligns),
+                    spans, tuple((position[o], spans[o], position[other], spans[other])
+                                 for o, other in self._must_not_overlap(given)))
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
         if not info.on_gpu:
@@ -325,17 +374,23 @@ class Op:
                                 f"tensor '{name}'")
         if not given:
             return
-        inplace = {(o.name, o.inplace) for o in self.spec.outputs if o.inplace}
         starts = {n: t.data_ptr() for n, t in values.items()}
-        written = list(given)
-        for i, out_name in enumerate(written):
-            for other in (*tensors, *written[i + 1:]):
-                if (out_name, other) not in inplace and spans_overlap(
-                        starts[out_name], plan.spans[out_name], starts[other], plan.spans[other]):
-                    raise RuntimeLaunchError(
-                        f"output '{out_name}' overlaps '{other}' in memory; {self.name} "
-                        "does not compute in place",
-                        hint=f"give '{out_name}' its own storage (or .clone() '{other}')")
+        for out_name, other in self._must_not_overlap(given):
+            if spans_overlap(starts[out_name], plan.spans[out_name], starts[other],
+                             plan.spans[other]):
+                raise RuntimeLaunchError(
+                    f"output '{out_name}' overlaps '{other}' in memory; {self.name} "
+                    "does not compute in place",
+                    hint=f"give '{out_name}' its own storage (or .clone() '{other}')")
+
+    def _must_not_overlap(self, given: dict[str, Any]) -> list[tuple[str, str]]:
+        """(given output, another input or given output) pairs that must be disjoint:
+        all but an in-place output and the input it is written over."""
+        inplace = {(o.name, o.inplace) for o in self.spec.outputs if o.inplace}
+        written = [n for n in self._out_names if n in given]
+        return [(out_name, other) for i, out_name in enumerate(written)
+                for other in (*self.spec.input_names, *written[i + 1:])
+                if (out_name, other) not in inplace]
 
     def _outputs(self, plan: Plan, given: dict[str, Any]) -> dict[str, Any]:
         """The given outputs plus fresh ones (on the current stream's allocator)."""

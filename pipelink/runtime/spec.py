@@ -45,6 +45,8 @@ class LaunchSpec:
     fields_of: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
     cluster: tuple[int, int, int] = (1, 1, 1)   # compiled in (__cluster_dims__)
     require: tuple[str, ...] = ()               # conditions on sizes, checked per call
+    # keyword integer arguments of the op (name, default), in name order: sizes too
+    scalar_inputs: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> LaunchSpec:
@@ -65,11 +67,38 @@ class LaunchSpec:
                    tuple(launch.get("grid", [1])), bool(launch.get("persistent")),
                    {k: tuple(v) for k, v in fields_of.items()},
                    tuple((list(meta.get("cluster") or [1, 1, 1]) + [1, 1])[:3]),
-                   tuple(launch.get("require", [])))
+                   tuple(launch.get("require", [])),
+                   tuple(sorted((n, int(v)) for n, v in (launch.get("scalars") or {}).items())))
 
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.inputs)
+
+    @property
+    def scalar_names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.scalar_inputs)
+
+    def scalar_values(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The op's keyword scalars in name order, defaults filled in; an unknown name
+        or a value that is not an integer is refused (bounds are launch.require's)."""
+        unknown = sorted(set(given) - set(self.scalar_names))
+        if unknown:
+            takes = ", ".join(f"{n}={d}" for n, d in self.scalar_inputs)
+            raise RuntimeLaunchError(f"unknown keyword argument(s) {unknown}",
+                                     hint=f"keyword scalars: {takes}" if takes else
+                                     "this op takes tensors only (and out=, stream=)")
+        values = []
+        for name, default in self.scalar_inputs:
+            value = given.get(name, default)
+            if isinstance(value, bool) or not _is_int(value):
+                raise RuntimeLaunchError(f"scalar '{name}' takes an integer, got {value!r}")
+            values.append(value)
+        return tuple(values)
+
+    def trailing_scalars(self, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Scalars as the dispatcher hands them to a kernel, by position: it drops
+        trailing arguments equal to their defaults, which are filled back in here."""
+        return (*values, *(d for _, d in self.scalar_inputs[len(values):]))
 
     @property
     def tensor_names(self) -> set[str]:
@@ -135,6 +164,11 @@ class LaunchSpec:
     def scalars(self, sizes: Mapping[str, Any]) -> dict[str, int]:
         return {k: evaluate(v, sizes, f"bind.{k}") for k, v in self.bind.items()
                 if not (isinstance(v, str) and v in self.tensor_names)}
+
+
+def _is_int(value: Any) -> bool:
+    """An int, or an integer PyTorch symbol (torch.compile traces scalars as SymInt)."""
+    return isinstance(value, int) or type(value).__name__ == "SymInt"
 
 
 def evaluate(text: Any, sizes: Mapping[str, Any], key: str) -> Any:

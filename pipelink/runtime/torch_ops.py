@@ -99,11 +99,6 @@ def on_stream(stream: Any, device: int) -> Iterator[int]:
         yield stream.cuda_stream
 
 
-def is_compiling() -> bool:
-    import torch
-    return torch.compiler.is_compiling()
-
-
 def use_dispatcher(inputs: tuple[Any, ...]) -> bool:
     """Whether a call must go through the registered op: while torch.compile traces,
     for tensor subclasses (fake, functional) and meta tensors, or when autograd records."""
@@ -145,23 +140,32 @@ def library(name: str) -> Any:
 
 
 def schema(name: str, op: Op) -> str:
-    args = ", ".join(f"Tensor {n}" for n in op.spec.input_names)
+    """Tensors, then the launch's scalars as ints with their defaults (by position: the
+    Python op takes them by keyword and passes them on in name order)."""
+    args = ", ".join([*(f"Tensor {n}" for n in op.spec.input_names),
+                      *(f"int {n}={d}" for n, d in op.spec.scalar_inputs)])
     outs = len(op.spec.outputs)
     returns = "Tensor" if outs == 1 else "(" + ", ".join(["Tensor"] * outs) + ")"
     return f"{name}({args}) -> {returns}"
 
 
-def _run(name: str, *inputs: Any) -> Any:
-    return _OPS[name].run(inputs)
+def _run(name: str, *args: Any) -> Any:
+    op = _OPS[name]
+    count = len(op.spec.inputs)
+    return op.run(args[:count], op.spec.trailing_scalars(args[count:]))
 
 
-def _fake(name: str, *inputs: Any) -> Any:
-    """Output tensors of the right shape and dtype, from the input shapes alone."""
+def _fake(name: str, *args: Any) -> Any:
+    """Output tensors of the right shape and dtype, from the input shapes (and the
+    scalars) alone."""
     op = _OPS[name]
     spec = op.spec
+    inputs = args[:len(spec.inputs)]
+    values = spec.trailing_scalars(args[len(spec.inputs):])
     shapes = {n: tuple(t.shape) for n, t in zip(spec.input_names, inputs, strict=True)}
     dtypes = {n: dtype_name(t) for n, t in zip(spec.input_names, inputs, strict=True)}
-    sizes = spec.sizes(shapes, dtypes, {"num_sms": op._num_sms})
+    sizes = spec.sizes(shapes, dtypes, {**dict(zip(spec.scalar_names, values, strict=True)),
+                                        "num_sms": op._num_sms})
     out_shapes = spec.output_shapes(sizes)
     outs = tuple(inputs[0].new_empty(out_shapes[o.name], dtype=torch_dtype(o.dtype))
                  for o in spec.outputs)

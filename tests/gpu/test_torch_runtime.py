@@ -246,6 +246,28 @@ def test_context_healthy_after_refusals(bias_gelu):
     _close(y, ref, "bias_gelu after refusals")
 
 
+def test_cached_out_calls_are_still_checked(bias_gelu):
+    """out= calls of a known layout take the cached path: each must still write its own
+    tensor, and an overlapping or misaligned out= of that same layout must be refused."""
+    x, w, b = _bias_inputs()
+    outs = [torch.full((256, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+            for _ in range(3)]
+    for seed, out in zip((21, 22, 23), outs, strict=True):
+        x.copy_(_gemm_inputs(256, 512, 256, seed)[0])
+        y = bias_gelu(x, w, b, out=out)
+        assert y.data_ptr() == out.data_ptr()
+        torch.cuda.synchronize()
+        ref = torch.nn.functional.gelu(x.float() @ w.float().t() + b.float(),
+                                       approximate="tanh")
+        _close(out, ref, f"out= call {seed}")
+    with pytest.raises(RuntimeLaunchError, match="does not compute in place"):
+        bias_gelu(x, w, b, out=w.view(256, 512))
+    storage = torch.empty(256 * 512 + 8, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeLaunchError, match="byte boundary"):
+        bias_gelu(x, w, b, out=storage[1:1 + 256 * 512].view(256, 512))
+    torch.cuda.synchronize()
+
+
 def test_prepared_call(gemm):
     x, w = _gemm_inputs(256, 512, 256, 13)
     prepared = gemm.prepare(x, w)

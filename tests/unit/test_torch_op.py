@@ -109,3 +109,75 @@ def test_autograd_runs_the_gradient_kernels():
     assert y.shape == (64, 48) and y.requires_grad
     y.sum().backward()
     assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+
+# The op's keyword scalars (launch.scalars): sizes the caller picks, e.g. an MoE's top_k.
+SCALAR_META = copy.deepcopy(META)
+SCALAR_META.update(recipe="scalar_demo", cubin_sha256="cd" * 32)
+SCALAR_META["launch"].update(scalars={"k": 2}, require=["k >= 1", "k <= 4"])
+SCALAR_META["launch"]["outputs"][0]["shape"] = ["M * k", "N // 2"]
+
+
+@pytest.fixture(scope="module")
+def scalar_op() -> Op:
+    return Op.from_meta(SCALAR_META, num_sms=132)
+
+
+def _meta_xw(m: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.empty(m, 512, dtype=torch.bfloat16, device="meta"),
+            torch.empty(1024, 512, dtype=torch.bfloat16, device="meta"))
+
+
+def test_scalars_are_keyword_ints_with_defaults(scalar_op):
+    assert schema("n", scalar_op) == "n(Tensor x, Tensor w, int k=2) -> Tensor"
+    assert scalar_op(*_meta_xw()).shape == (600, 512)
+    assert scalar_op(*_meta_xw(), k=3).shape == (900, 512)
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"k": 0}, "requires k >= 1, but here k = 0"),
+    ({"k": 5}, "requires k <= 4, but here k = 5"),
+    ({"k": True}, "scalar 'k' takes an integer, got True"),
+    ({"k": 2.0}, "scalar 'k' takes an integer, got 2.0"),
+    ({"top_k": 2}, "unknown keyword argument(s) ['top_k']"),
+])
+def test_bad_scalars_are_refused(scalar_op, kw, needle):
+    with pytest.raises(RuntimeLaunchError) as err:
+        scalar_op(*_meta_xw(), **kw)
+    assert needle in str(err.value), str(err.value)
+
+
+def test_an_op_without_scalars_refuses_keywords(op):
+    with pytest.raises(RuntimeLaunchError, match="takes tensors only"):
+        op(*_meta_xw(), k=2)
+
+
+def test_scalars_compile_without_graph_break(scalar_op):
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w, k: scalar_op(x, w, k=k) + 1, fullgraph=True,
+                       backend="eager")
+    for k in (1, 3):
+        assert fn(*_meta_xw(), k).shape == (300 * k, 512)
+
+
+@pytest.mark.parametrize("s", [None, 1, 3])
+def test_autograd_with_scalars(s):
+    """A differentiable op with a keyword scalar: the backward answers for each argument
+    the op was called with (the dispatcher drops a scalar left at its default)."""
+    from pipelink.runtime.kernelset import KernelSet, _register_backward
+    forward = _gemm_meta("sforward", "x", "w", "y", (["M", "K"], ["N", "K"], ["M", "N"]))
+    forward["launch"].update(scalars={"s": 1}, require=["s >= 1"])
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "slin", "."
+    ks.kernels = {
+        "forward": Op.from_meta(forward, 132),
+        "dgrad": Op.from_meta(_gemm_meta("sdgrad", "dy", "wt", "dx",
+                                         (["M", "N"], ["K", "N"], ["M", "K"])), 132)}
+    ks.forward_op, ks._returns = ks.kernels["forward"], None
+    _register_backward(ks.forward_op, {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}},
+                       ks)
+    x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
+    y = ks(x, w) if s is None else ks(x, w, s=s)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
