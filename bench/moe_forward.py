@@ -51,10 +51,10 @@ def torch_forward():  # noqa: ANN201
     return forward
 
 
-def torch_layer(forward):  # noqa: ANN001, ANN201
+def torch_layer(forward, top_k: int = 2):  # noqa: ANN001, ANN201
     """The router as a PyTorch user writes it, then ``forward``."""
     def layer(x, wr, w_cat, w2):  # noqa: ANN001, ANN202
-        w, ids = torch.softmax(x @ wr.t(), dim=1, dtype=torch.float32).topk(2, dim=1)
+        w, ids = torch.softmax(x @ wr.t(), dim=1, dtype=torch.float32).topk(top_k, dim=1)
         p = w / w.sum(1, keepdim=True)
         return forward(x, ids.to(torch.int32), p, w_cat, w2)
     return layer
