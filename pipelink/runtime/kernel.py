@@ -14,6 +14,7 @@ import itertools
 import json
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -218,22 +219,31 @@ class Launch:
         if owned is not None:
             call(drv.cuMemFreeAsync(owned, stream), "freeing the workspace")
 
-    def rebound(self, addresses: dict[str, int]) -> Launch:
-        """A copy of this launch with the tensors of some fields moved (field name ->
-        new address): the same shapes, strides and dtypes, which the caller has checked.
-        A TMA descriptor keeps its encoding and takes the new address
-        (cuTensorMapReplaceAddress), far cheaper than encoding it again."""
-        launch = Launch(self.kernel, self.grid, self._buffer.raw)
-        base = ctypes.addressof(launch._buffer)
+    def mover(self, name: str) -> Callable[[int], None]:
+        """A setter that points field ``name`` of this launch at another tensor of the
+        same shape, strides and dtype (which the caller has checked), in place. A TMA
+        descriptor keeps its encoding and takes the new address
+        (cuTensorMapReplaceAddress), far cheaper than encoding it again. The driver
+        copies the parameter block at each launch, so moving a field never touches
+        launches already queued or captured."""
+        f = self.kernel.fields[name]
+        address = ctypes.addressof(self._buffer) + f["offset"]
+        if f["type"] != "tensormap":
+            slot = ctypes.c_uint64.from_address(address)
+
+            def move_pointer(value: int) -> None:
+                slot.value = value
+            return move_pointer
         drv = driver()
-        for name, address in addresses.items():
-            f = self.kernel.fields[name]
-            if f["type"] == "tensormap":
-                call(drv.cuTensorMapReplaceAddress(drv.CUtensorMap(_ptr=base + f["offset"]),
-                                                   address), f"moving {name}'s tensor map")
-            else:
-                ctypes.c_uint64.from_address(base + f["offset"]).value = address
-        return launch
+        descriptor = drv.CUtensorMap(_ptr=address)
+        replace = drv.cuTensorMapReplaceAddress
+        success = drv.CUresult.CUDA_SUCCESS
+
+        def move_descriptor(value: int) -> None:
+            err, = replace(descriptor, value)
+            if err != success:
+                call((err,), f"moving {name}'s tensor map")
+        return move_descriptor
 
     def fire(self, stream: int) -> None:
         """Launches with no workspace handling (for kernels without hand-off counters)."""

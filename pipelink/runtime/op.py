@@ -11,15 +11,17 @@
   overlap); a mistake is a :class:`RuntimeLaunchError` naming the argument, never a CUDA
   error or an out-of-bounds write.
 
-Checks that depend only on layouts run once per layout (a :class:`Plan`); what a cached
-call still does is read the addresses, check their alignment, allocate the outputs and
-launch. Anything unusual (a new layout, a misaligned address, ``out=``) takes the
+Checks that depend only on layouts run once per layout (a :class:`Plan`), which also
+keeps one packed launch; what a cached call still does is read the addresses, check
+their alignment, allocate the outputs, point the launch's fields at any tensor that
+moved, and launch. Anything unusual (a new layout, a misaligned address, ``out=``) takes the
 checked path, which raises the error or fills the caches.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +41,6 @@ from .tensors import (
     tensor_info,
 )
 
-LAUNCH_CACHE = 16              # packed launches kept per layout (by tensor addresses)
-
 
 @dataclass
 class Plan:
@@ -56,11 +56,14 @@ class Plan:
     # Given outputs that must not overlap another tensor: (position, its span, the
     # other's position, its span), positions as in positional_aligns.
     disjoint: tuple[tuple[int, int, int, int], ...] = ()
-    launches: OrderedDict[tuple, Launch] = field(default_factory=OrderedDict)
-    # The plan's first launch, and which kernel fields hold which tensor (by position
-    # among inputs then outputs): other addresses are this launch with fields moved.
-    template: Launch | None = None
-    slots: tuple[tuple[int, str], ...] = ()
+    # The layout's packed launch (made by its first call), each tensor field's setter by
+    # the tensor's position among the call's inputs then outputs, and the address each
+    # field holds now: a call moves only the fields whose tensor moved. The lock keeps
+    # a move and its launch together when threads share the op.
+    launch: Launch | None = None
+    moves: tuple[tuple[int, Callable[[int], None]], ...] = ()
+    addresses: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Op:
@@ -190,18 +193,26 @@ class Op:
         device = self._device
         outs = list(given) or [self._empty(shape, dtype=dtype, device=device)
                                for _, shape, dtype in plan.alloc]
-        key = (*ptrs, *[o.data_ptr() for o in outs]) if not given else tuple(ptrs)
-        launch = plan.launches.get(key)
-        if launch is None:
-            values = dict(zip(self.spec.input_names, inputs, strict=True))
-            values.update(zip(self._out_names, outs, strict=True))
-            launch = self._new_launch(plan, key, values)
+        if not given:
+            ptrs += [o.data_ptr() for o in outs]
         stream = self._raw_stream(device.index)
-        if self.kernel.workspace_bytes:
-            workspace = torch_ops.workspace(self.kernel.workspace_bytes, device.index, stream)
-            launch(stream, workspace.data_ptr())
-        else:
-            launch.fire(stream)
+        workspace = (torch_ops.workspace(self.kernel.workspace_bytes, device.index, stream)
+                     if self.kernel.workspace_bytes else None)
+        with plan.lock:
+            launch = plan.launch
+            if launch is None:
+                values = dict(zip(self.spec.input_names, inputs, strict=True))
+                values.update(zip(self._out_names, outs, strict=True))
+                launch = self._first_launch(plan, values)
+            held = plan.addresses
+            for i, (position, move) in enumerate(plan.moves):
+                if held[i] != ptrs[position]:
+                    move(ptrs[position])
+                    held[i] = ptrs[position]
+            if workspace is None:
+                launch.fire(stream)
+            else:
+                launch(stream, workspace.data_ptr())
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _given_in_order(self, out: Any) -> tuple[Any, ...] | None:
@@ -235,10 +246,15 @@ class Op:
                         stream: int) -> dict[str, Any]:
         outputs = self._outputs(plan, given)
         values = {**tensors, **outputs}
-        key = tuple(t.data_ptr() for t in values.values())
-        launch = plan.launches.get(key) or self._new_launch(plan, key, values)
+        ptrs = [t.data_ptr() for t in values.values()]
         workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index, stream)
-        launch(stream, None if workspace is None else workspace.data_ptr())
+        with plan.lock:
+            launch = plan.launch or self._first_launch(plan, values)
+            for i, (position, move) in enumerate(plan.moves):
+                if plan.addresses[i] != ptrs[position]:
+                    move(ptrs[position])
+                    plan.addresses[i] = ptrs[position]
+            launch(stream, None if workspace is None else workspace.data_ptr())
         return outputs
 
     def prepare(self, *inputs: Any, out: Any = None, stream: Any = None,
@@ -417,17 +433,15 @@ class Op:
                 bound[arg] = values[name]
         return bound
 
-    def _new_launch(self, plan: Plan, key: tuple, values: dict[str, Any]) -> Launch:
-        """The launch for a new set of addresses: the plan's template with its tensor
-        fields moved, or, the first time, packed and checked in full."""
-        if plan.template is not None:
-            launch = plan.template.rebound({name: key[i] for i, name in plan.slots})
-        else:
-            launch = plan.template = self.kernel.prepare(plan.grid, self._bound(plan, values))
-            plan.slots = self._slots(values)
-        if len(plan.launches) >= LAUNCH_CACHE:
-            plan.launches.popitem(last=False)
-        plan.launches[key] = launch
+    def _first_launch(self, plan: Plan, values: dict[str, Any]) -> Launch:
+        """The layout's launch, packed and checked in full from its first call's tensors
+        (``values``: inputs, then outputs, in the order every call of the plan uses)."""
+        launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
+        ptrs = [t.data_ptr() for t in values.values()]
+        slots = self._slots(values)
+        plan.moves = tuple((position, launch.mover(name)) for position, name in slots)
+        plan.addresses = [ptrs[position] for position, _ in slots]
+        plan.launch = launch
         return launch
 
 

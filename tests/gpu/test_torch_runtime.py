@@ -16,7 +16,6 @@ import torch
 
 import pipelink
 from pipelink.errors import RuntimeLaunchError
-from pipelink.runtime import op as op_module
 
 from .demo_check import ROWS
 from .demo_check import reference as demo_reference
@@ -52,15 +51,26 @@ def gemm(build_dir):
     return _load(build_dir, "gemm")
 
 
+LIVE_CALLS = 48
+
+
 def test_many_live_tensors_move_the_packed_launch(gemm):
-    """More live (input, output) address sets than the launch cache holds: each new set
-    reuses the layout's packed launch with its TMA descriptors moved to the new
-    addresses. Every result must be its own product (a stale address would write into
-    another call's output or read another call's input)."""
-    calls = [_gemm_inputs(384, 768, 320, 100 + i) for i in range(3 * op_module.LAUNCH_CACHE)]
+    """Many live (input, output) address sets of one layout, queued back to back: each
+    call moves the layout's one packed launch to its tensors (TMA descriptors re-pointed
+    in place). Every result must be its own product: a stale address, or a move that
+    reached an already queued launch, would write into another call's output or read
+    another call's input. Then the same with out= and a shared input."""
+    calls = [_gemm_inputs(384, 768, 320, 100 + i) for i in range(LIVE_CALLS)]
     outs = [gemm(x, w) for x, w in calls]
     for i, ((x, w), y) in enumerate(zip(calls, outs, strict=True)):
         _close(y, x.float() @ w.float().t(), f"call {i}")
+    w = calls[0][1]
+    given = [torch.full((384, 768), float("nan"), device="cuda", dtype=torch.bfloat16)
+             for _ in calls]
+    for (x, _), out in zip(calls, given, strict=True):
+        gemm(x, w, out=out)
+    for i, ((x, _), out) in enumerate(zip(calls, given, strict=True)):
+        _close(out, x.float() @ w.float().t(), f"out= call {i}")
 
 
 def test_launches_on_the_current_stream(gemm):
