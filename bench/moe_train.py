@@ -78,6 +78,8 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
     import pipelink
     kernels = {"linked": pipelink.load(build / "sm_90a" / "moe_train"),
                "mono": pipelink.load(build / "mono" / "moe_train")}
+    if (build / "sm_90a" / "moe_train_simt").is_dir():     # the second router swapped in
+        kernels["simt_router"] = pipelink.load(build / "sm_90a" / "moe_train_simt")
     forward = torch_forward()
     rows = []
     for name, t, e, d, f, k in CONFIGS:
@@ -145,8 +147,8 @@ def report(path: Path) -> None:
              "launched directly: the fwd+bwd column also times autograd's allocations.", "",
              "| config | fwd+bwd linked | mono | (b) torch | x (b) | (a) loop | do_bench "
              "linked / (b) | TFLOP/s | forward linked / mono / (b) | backward linked / "
-             "mono | peak MB linked / (b) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "mono | peak MB linked / (b) | forward with moe_router_simt |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         tr, db, fw = r["train"], r["train_do_bench"] or {}, r["forward"]
         r["config"] = f"{r['config']}, top-{r['top_k']}"
@@ -158,7 +160,8 @@ def report(path: Path) -> None:
             f"{r['flops_train'] / tr['linked'] / 1e9:.0f} | {fw['linked']:.2f} / "
             f"{fw['mono']:.2f} / {fw['torch']:.2f} | {r['backward']['linked']:.2f} / "
             f"{r['backward']['mono']:.2f} | "
-            f"{r['peak_mb']['linked']:.0f} / {r['peak_mb']['torch']:.0f} |")
+            f"{r['peak_mb']['linked']:.0f} / {r['peak_mb']['torch']:.0f} | "
+            + (f"{fw['simt_router']:.2f} |" if "simt_router" in fw else "- |"))
     put_section("## MoE layer in training", "\n".join(lines))
 
 

@@ -164,11 +164,8 @@ class Recipe:
 
 def load_recipe(path: Path | str) -> Recipe:
     path = Path(path)
-    data = read_yaml(path, RecipeError)
+    data = _document(path, ())
     where = str(path)
-    if not isinstance(data, dict):
-        raise RecipeError("a recipe is a mapping (recipe:, arch:, instances:, connect:)",
-                          where=where)
     schema_error(_VALIDATOR, data, where, RecipeError)
     if "kernels" in data:
         top = [k for k in KERNEL_KEYS if k in data]
@@ -189,6 +186,49 @@ def load_recipe(path: Path | str) -> Recipe:
     recipe = Recipe(data["recipe"], where, data, _connections(data, where, ""))
     _check_instances_named(recipe)
     return recipe
+
+
+def _document(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """The recipe file as data, written over the recipe it ``extends:`` (which must sit
+    in the same folder), so the rest of the build sees one whole recipe."""
+    data = read_yaml(path, RecipeError)
+    if not isinstance(data, dict):
+        raise RecipeError("a recipe is a mapping (recipe:, arch:, instances:, connect:)",
+                          where=str(path))
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    if not isinstance(base_name, str) or not base_name.isidentifier():
+        raise RecipeError(f"extends: {base_name!r} is not a recipe name",
+                          where=f"{path}: extends", hint="name a recipe of this folder")
+    base = path.parent / f"{base_name}.yaml"
+    if not base.is_file():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml") if p != path)
+        raise RecipeError(f"extends names recipe '{base_name}', which is not in {path.parent}",
+                          where=f"{path}: extends", hint="recipes here: " + ", ".join(known))
+    if base.resolve() in seen or base.resolve() == path.resolve():
+        chain = " -> ".join(p.stem for p in (*seen, path.resolve(), base.resolve()))
+        raise RecipeError(f"recipes extend each other in a cycle: {chain}",
+                          where=f"{path}: extends", hint="remove one extends:")
+    merged = _merge(_document(base, (*seen, path.resolve())), data)
+    if "recipe" not in data:
+        merged["recipe"] = path.stem
+    if merged["recipe"] == base_name:
+        raise RecipeError(f"this recipe and the one it extends are both named '{base_name}': "
+                          "their builds would overwrite each other", where=f"{path}: recipe",
+                          hint=f"name it '{path.stem}'")
+    return merged
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """``over`` written over ``base``: mappings merge key by key, anything else (lists
+    included) replaces."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return over
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(base.get(key), value)
+    return out
 
 
 def _connections(data: dict[str, Any], where: str, prefix: str) -> tuple[Connection, ...]:

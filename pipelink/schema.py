@@ -276,6 +276,10 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
     "recipe": {**IDENT, "description": "the recipe's name (the kernel's entry is pl_<recipe>, "
                                        "or pl_<recipe>_<kernel> under kernels:)"},
     "description": {"type": "string", "description": "free text: what the kernel computes"},
+    "extends": {**IDENT, "description": "another recipe of the same folder this one is "
+                                        "written over: its document, with this one's keys "
+                                        "merged in (mappings key by key, anything else "
+                                        "replaced), e.g. one instance swapped"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the recipe builds"},
     "phases": PHASES,

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ["pipeline_demo", "gemm", "gemm_streamk", "gemm_dynamic", "gemm_multicast",
            "gemm_pingpong", "gemm_swiglu", "gemm_swiglu_streamk", "gemm_swiglu_pingpong",
            "gemm_cute", "gemm_swiglu_cute", "gemm_bias_gelu", "linear", "grouped_gemm", "mlp",
-           "moe_ffn", "moe_forward", "moe_layer", "grouped_wgrad", "moe_train"]
+           "moe_ffn", "moe_forward", "moe_layer", "grouped_wgrad", "moe_train",
+           "moe_train_simt"]
 
 
 def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:

@@ -106,13 +106,18 @@ def _check_pre_activations(outs: dict, w1) -> None:  # noqa: ANN001
         begin = end
 
 
-@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+# (build folder, recipe): linked, monolithic, and with the second router swapped in
+BUILDS = {"sm_90a": ("sm_90a", "moe_train"), "mono": ("mono", "moe_train"),
+          "simt_router": ("sm_90a", "moe_train_simt")}
+
+
+@pytest.mark.parametrize("mode", sorted(BUILDS))
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_moe_train_forward_and_backward_match_pytorch(build_dir, mode, case):
     import torch
 
     import pipelink
-    folder = build_dir / mode / "moe_train"
+    folder = build_dir / BUILDS[mode][0] / BUILDS[mode][1]
     if not (folder / "kernels.json").is_file():
         pytest.skip(f"{folder} not built")
     t, d, f, e, pull, k = CASES[case]

@@ -1,0 +1,72 @@
+"""A recipe written over another (``extends:``): recipes/moe_train_simt.yaml swaps
+moe_train's router and nothing else, so every other object is the very object moe_train
+builds (same component, params, contract and arch: same compile, taken from the cache)
+and the backward kernel's recipe content is moe_train's but for its name. Mistakes in
+``extends:`` are refused naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelink.errors import RecipeError
+from pipelink.recipe import ComponentIndex, load_recipe
+from pipelink.sconsrun import plans
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+INDEX = ComponentIndex((ROOT / "components",))
+
+
+def test_swapped_router_is_the_only_change():
+    base, swapped = load_recipe(RECIPES / "moe_train.yaml"), load_recipe(
+        RECIPES / "moe_train_simt.yaml")
+    assert swapped.recipe_name == "moe_train_simt"
+    b, s = base.data, swapped.data
+    assert s["kernels"]["forward"]["instances"]["router"] == {"component": "moe_router_simt"}
+    s["kernels"]["forward"]["instances"]["router"] = b["kernels"]["forward"]["instances"]["router"]
+    assert {k: v for k, v in s.items() if k not in ("recipe", "description")} == \
+        {k: v for k, v in b.items() if k not in ("recipe", "description")}
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_swap_recompiles_only_the_router(arch):
+    base = {p.recipe.kernel: p for p in plans(RECIPES / "moe_train.yaml", arch, INDEX)}
+    swapped = {p.recipe.kernel: p for p in plans(RECIPES / "moe_train_simt.yaml", arch, INDEX)}
+    for kernel, plan in swapped.items():
+        for inst, obj in plan.objects.items():
+            same = obj.embedded() == base[kernel].objects[inst].embedded() and \
+                obj.files == base[kernel].objects[inst].files
+            assert same == ((kernel, inst) != ("forward", "router")), (kernel, inst)
+    backward = [json.loads(p.recipe_content()) for p in (base["backward"],
+                                                          swapped["backward"])]
+    for doc in backward:
+        doc.pop("recipe"), doc.pop("description")
+    assert backward[0] == backward[1]
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("recipe: a\nextends: nowhere\n", "extends names recipe 'nowhere', which is not in"),
+    ("recipe: a\nextends: b\n", "recipes extend each other in a cycle: a -> b -> a"),
+    ("recipe: b2\nextends: moe\n", "are both named 'moe'"),
+    ("recipe: a\nextends: [moe]\n", "is not a recipe name"),
+])
+def test_bad_extends_is_refused(tmp_path, text, needle):
+    _write(tmp_path, "b", "recipe: b\nextends: a\n")
+    _write(tmp_path, "moe", "recipe: moe\narch: [sm_90a]\ninstances: {}\n")
+    _write(tmp_path, "b2", "recipe: moe\nextends: moe\n")
+    path = _write(tmp_path, "a", text)
+    if "b2" in text:
+        path = tmp_path / "b2.yaml"
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    assert needle in str(err.value), str(err.value)
+    assert str(tmp_path) in str(err.value)      # names the recipe file
