@@ -80,6 +80,8 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
                "mono": pipelink.load(build / "mono" / "moe_train")}
     if (build / "sm_90a" / "moe_train_simt").is_dir():     # the second router swapped in
         kernels["simt_router"] = pipelink.load(build / "sm_90a" / "moe_train_simt")
+    clocked = (pipelink.load(build / "phases" / "moe_train")
+               if (build / "phases" / "moe_train").is_dir() else None)
     forward = torch_forward()
     rows = []
     for name, t, e, d, f, k in CONFIGS:
@@ -114,11 +116,12 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
         if t * e <= 8192 * 8:                         # the loop is slow at 64 experts
             fns["loop"] = train(loop_layer, ("wr", "w_cat", "w2"))
         memory = {v: peak_mb(fns[v]) for v in ("linked", "torch")}
+        phases = None if clocked is None else phase_split(clocked, sets[0], k)
         flops_fwd = 2 * t * k * d * 3 * f + 2 * t * d * e
         row = {"config": name, "tokens": t, "top_k": k, "E": e, "D": d, "F": f,
                "train": interleaved(fns, rounds, 1), "train_do_bench": flushed(fns),
                "forward": interleaved(fwd, rounds, 1),
-               "backward": interleaved(bwd, rounds, 1), "peak_mb": memory,
+               "backward": interleaved(bwd, rounds, 1), "peak_mb": memory, "phases": phases,
                "flops_train": 3 * flops_fwd}
         rows.append(row)
         if out is not None:
@@ -130,6 +133,25 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
               + f"; forward {row['forward']}; backward {row['backward']}; peak MB {memory}",
               flush=True)
     return rows
+
+
+def phase_split(ks, s: dict, k: int, launches: int = 5) -> dict:  # noqa: ANN001
+    """Per kernel, the median over ``launches`` of each phase's ms (the build linked with
+    phase clocks: the bench's inputs, launched directly)."""
+    import statistics
+    out = {}
+    saved = dict(zip([o.name for o in ks.forward.spec.outputs],
+                     ks.forward(s["x"], s["wr"], s["w1"], s["w2"], top_k=k), strict=True))
+    calls = {"forward": lambda: ks.forward(s["x"], s["wr"], s["w1"], s["w2"], top_k=k),
+             "backward": lambda: ks.backward(s["dy"], s["x"], s["wr"], s["w1"], s["w2"],
+                                             *(saved[n] for n in SAVED))}
+    for kernel, call in calls.items():
+        runs = []
+        for _ in range(launches + 1):
+            call()
+            runs.append(ks[kernel].phase_times())
+        out[kernel] = {name: statistics.median(r[name] for r in runs[1:]) for name in runs[0]}
+    return out
 
 
 def report(path: Path) -> None:
@@ -162,7 +184,31 @@ def report(path: Path) -> None:
             f"{r['backward']['mono']:.2f} | "
             f"{r['peak_mb']['linked']:.0f} / {r['peak_mb']['torch']:.0f} | "
             + (f"{fw['simt_router']:.2f} |" if "simt_router" in fw else "- |"))
+    lines += phase_lines(rows)
     put_section("## MoE layer in training", "\n".join(lines))
+
+
+def phase_lines(rows: list[dict]) -> list[str]:
+    """Where the time goes, phase by phase (the phase-clock build), as a table."""
+    rows = [r for r in rows if r.get("phases")]
+    if not rows:
+        return []
+    lines = ["", "Where the time goes, phase by phase, measured with the phase clocks "
+             "(`python -m tests.gpu.build moe_train` links a third build with "
+             "`--phase-clock`; `op.phase_times()` reads when the last CTA finished each "
+             "phase; medians of 5 launches on one input set, launched directly; ms, and "
+             "the share of the kernel). The clocks run from the first CTA's start (after "
+             "its barrier setup) to the last CTA's end, so their total is below the "
+             "event-timed columns above, which also hold the launch, the counters' memset, "
+             "the output allocation and the rotation of inputs through L2.", "",
+             "| config | kernel | total ms | phases: ms (share) |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        for kernel, times in r["phases"].items():
+            total = times["total"]
+            split = ", ".join(f"{name} {ms:.2f} ({ms / total:.0%})"
+                              for name, ms in times.items() if name != "total")
+            lines.append(f"| {r['config']} | {kernel} | {total:.2f} | {split} |")
+    return lines
 
 
 if __name__ == "__main__":

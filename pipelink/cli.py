@@ -186,7 +186,8 @@ def cmd_link(a: argparse.Namespace) -> int:
     objects = {name: build_objects(view, a.arch, default_index(), out / "obj")
                for name, view in recipe.select(a.kernel).items()}
     results = link_recipe(recipe, objects, out, LinkOptions(a.arch, mode=a.mode,
-                                                            emit_ptx=a.ptx),
+                                                            emit_ptx=a.ptx,
+                                                            phase_clock=a.phase_clock),
                           kernels=a.kernel, index=default_index())
     for result in results.values():
         split = ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in result.timings.items())
@@ -238,6 +239,8 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("-o", "--output", required=True)
             s.add_argument("--mode", choices=["linked", "mono"], default="linked")
             s.add_argument("--ptx", action="store_true")
+            s.add_argument("--phase-clock", action="store_true",
+                           help="record when each CTA finishes each phase (op.phase_times())")
         s.set_defaults(func=func)
     s = sub.add_parser("schema", help="print the contract and recipe schemas")
     s.add_argument("--markdown", action="store_true")

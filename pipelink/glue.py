@@ -119,10 +119,26 @@ class _Writer:
 
 
 @dataclass(frozen=True)
+class PhaseClock:
+    """Where a build with phase clocks records them: ``ctas`` rows of ``slots`` u64
+    (%globaltimer ns; slot 0 a CTA's start, slot i + 1 its end of phase i) at
+    ``offset`` in the workspace, zeroed before each launch."""
+
+    offset: int
+    ctas: int
+    slots: int
+
+    @property
+    def bytes(self) -> int:
+        return self.ctas * self.slots * 8
+
+
+@dataclass(frozen=True)
 class GlueOptions:
     mono: bool = False
     # Monolithic builds include each staged component source: (instance -> path).
     sources: tuple[tuple[str, str], ...] = ()
+    phase_clock: PhaseClock | None = None
 
 
 def entry_name(recipe: str) -> str:
@@ -131,6 +147,9 @@ def entry_name(recipe: str) -> str:
 
 def generate(kernel: Kernel, placement: Placement, opts: GlueOptions | None = None) -> str:
     return _Glue(kernel, placement, opts or GlueOptions()).emit()
+
+
+CLOCK_REGISTERS = 128    # a warpgroup budget that holds the phase clocks' few registers
 
 
 class _Glue:
@@ -394,9 +413,18 @@ class _Glue:
               f"{self.args_init(inst, b)};")
         self.barrier_init()
         self.tmem_alloc()
+        runs = self.warpgroup_runs()
+        # The phase clocks' thread: the first of the first warpgroups with registers to
+        # spare for them (not a 40-register producer warpgroup, nor, where another has
+        # them, the math warpgroups, whose budgets are their epilogues' to the register).
+        clock_run = next((run for run in runs if run[2] >= CLOCK_REGISTERS),
+                         max(runs, key=lambda run: run[2]))
+        self.clock_thread = clock_run[0] * WARPGROUP_WARPS * 32
+        self.clock(0, "the CTA starts")
         w("const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);")
         w(f"const uint32_t warpgroup = warp / {WARPGROUP_WARPS};")
-        for first, last, regs in self.warpgroup_runs():
+        for run in runs:
+            first, last, regs = run
             cond = (f"warpgroup == {first}" if first == last
                     else f"warpgroup >= {first} && warpgroup <= {last}")
             w.open(f"if ({cond})")
@@ -408,8 +436,11 @@ class _Glue:
                     if self.lane_phase(lane_name) == index:
                         self.lane_branches(lane_name, slot)
                 if index + 1 < len(k.phases):
-                    self.phase_boundary(index)
+                    self.phase_boundary(index, timed=run == clock_run)
             w.close()
+        if self.opts.phase_clock:
+            w(f"pl::phase::end({p.threads});")
+            self.clock(len(k.phases), f"phase '{k.phases[-1].name}' ends")
         self.tmem_free()
         w.close()
 
@@ -432,10 +463,11 @@ class _Glue:
         converter = next(t for t in self.k.transfers if t.converter == lane_name)
         return self.k.phase_of(converter.dst.instance)
 
-    def phase_boundary(self, index: int) -> None:
+    def phase_boundary(self, index: int, timed: bool) -> None:
         """Every thread of the CTA, between phase `index` and the next: the CTA meets; a
         phase that others wait for is counted done, grid-wide, and the next phase waits
-        for every CTA to have finished the phases it names (pipelink/phase.cuh)."""
+        for every CTA to have finished the phases it names (pipelink/phase.cuh). ``timed``:
+        the branch that holds the phase clocks' thread."""
         w, k = self.w, self.k
         threads = self.p.threads
         done, then = k.phases[index], k.phases[index + 1]
@@ -444,6 +476,8 @@ class _Glue:
         if tmem:
             w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
         w(f"pl::phase::end({threads});")
+        if timed:
+            self.clock(index + 1, f"phase '{done.name}' ends")
         counters = [(op, k.workspace[phase_counter(name)].counter_offset, name)
                     for op, names in (("arrive", [done.name]), ("wait", then.after))
                     for name in names if phase_counter(name) in k.workspace]
@@ -456,6 +490,13 @@ class _Glue:
             w(f"pl::phase::begin({threads});")
         if tmem:
             w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
+
+    def clock(self, index: int, what: str) -> None:
+        """A phase clock (builds with LinkOptions.phase_clock only)."""
+        c = self.opts.phase_clock
+        if c is not None:
+            self.w(f"pl::phase::clock(k, {c.offset}, {c.ctas}, {c.slots}, {index}, "
+                   f"{self.clock_thread});  // {what}")
 
     def cluster(self) -> list[int]:
         return list(self.k.recipe.launch.get("cluster") or [1, 1, 1])

@@ -41,6 +41,9 @@ class LinkOptions:
     emit_ptx: bool = False            # also write <recipe>.ptx
     verify: bool = True               # check the linked code against the contracts (verify.py)
     workers: int = 1                  # CP-SAT workers (the result does not depend on it)
+    # Record when each CTA finishes each phase (Op.phase_times): a profiling build, one
+    # CTA barrier and one global store per CTA and phase more than a plain one.
+    phase_clock: bool = False
 
 
 @dataclass
@@ -50,6 +53,17 @@ class LinkResult:
     placement: Placement
     kernel: Kernel
     timings: dict[str, float] = field(default_factory=dict)
+
+
+PHASE_CLOCK_CTAS = 1024        # CTAs a phase-clock build records (later CTAs are not)
+
+
+def phase_clock(kernel: Kernel, opts: LinkOptions) -> glue.PhaseClock | None:
+    """Where the phase clocks go: after the kernel's own workspace, 8-byte aligned."""
+    if not opts.phase_clock:
+        return None
+    return glue.PhaseClock(-(-kernel.workspace_bytes // 8) * 8, PHASE_CLOCK_CTAS,
+                           len(kernel.phases) + 1)
 
 
 def nvjitlink_options(opts: LinkOptions) -> list[str]:
@@ -171,7 +185,8 @@ def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
         stages[inst], inc, _ = stage_sources(b, folder, opts.arch, stage_root)
         includes += [i for i in inc if i not in includes]
     source = glue.generate(kernel, placement, glue.GlueOptions(
-        mono=True, sources=glue.mono_sources(stages, kernel.bound, opts.arch)))
+        mono=True, sources=glue.mono_sources(stages, kernel.bound, opts.arch),
+        phase_clock=phase_clock(kernel, opts)))
     # Every ABI header, staged beside it: the unit includes them all up front (a
     # component's own stage holds only the headers it reaches).
     files = {"mono.cu": source.encode()}
@@ -194,8 +209,19 @@ def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
 
 
 def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, ComponentObject],
-                tc: Toolchain, mode: str, cubin: bytes) -> dict[str, Any]:
+                tc: Toolchain, mode: str, cubin: bytes,
+                clock: glue.PhaseClock | None = None) -> dict[str, Any]:
     fields, size = glue.param_layout(kernel)
+    counters = sorted([g.counter_offset, 4 * g.slots]
+                      for g in kernel.workspace.values() if g.slots)
+    workspace = {"bytes": kernel.workspace_bytes, "counters": counters}
+    extra = {}
+    if clock is not None:     # zeroed per launch like a counter: an unwritten row reads 0
+        workspace = {"bytes": clock.offset + clock.bytes,
+                     "counters": [*counters, [clock.offset, clock.bytes]]}
+        extra["phase_clock"] = {"offset": clock.offset, "ctas": clock.ctas,
+                                "slots": clock.slots,
+                                "phases": [ph.name for ph in kernel.phases]}
     return {
         "format": KERNEL_JSON_FORMAT,
         "recipe": kernel.recipe.recipe_name,
@@ -215,13 +241,12 @@ def kernel_json(kernel: Kernel, placement: Placement, objects: dict[str, Compone
         "components": {inst: {"component": b.name, "params": b.params,
                               "args": b.contract.data.get("args", [])}
                        for inst, b in kernel.bound.items()},
-        "workspace": {"bytes": kernel.workspace_bytes,
-                      "counters": sorted([g.counter_offset, 4 * g.slots]
-                                         for g in kernel.workspace.values() if g.slots)},
+        "workspace": workspace,
         "launch": launch_spec(kernel.recipe.launch, arg_requires(kernel)),
         "toolchain": tc.versions(),
         "inputs": {inst: obj.header["ltoir_sha256"] for inst, obj in sorted(objects.items())},
         "cubin_sha256": sha256_text(cubin),
+        **extra,
     }
 
 
@@ -278,7 +303,8 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
         timings["glue"] = time.perf_counter() - t0
         ptx = None
     else:
-        source = glue.generate(kernel, placement)
+        source = glue.generate(kernel, placement,
+                               glue.GlueOptions(phase_clock=phase_clock(kernel, opts)))
         glue_ir = compile_glue(source, kernel.bound, opts, tc, stage_root)
         timings["glue"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -312,7 +338,8 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
         write_atomic(out_dir / f"{name}.ptx", ptx)
     write_atomic(out_dir / "placement.json", placement.to_json())
     write_atomic(out_dir / "placement.svg", report.svg(kernel.problem, placement))
-    meta = kernel_json(kernel, placement, loaded, tc, opts.mode, cubin)
+    meta = kernel_json(kernel, placement, loaded, tc, opts.mode, cubin,
+                       phase_clock(kernel, opts))
     write_atomic(out_dir / "kernel.json", json.dumps(meta, sort_keys=True, indent=1) + "\n")
     return LinkResult(out_dir / cubin_name(recipe), out_dir / "kernel.json", placement, kernel,
                       timings)

@@ -275,6 +275,36 @@ class Op:
         return PreparedCall(launch, handle, workspace, result[0] if len(result) == 1 else result,
                             (tensors, outputs))
 
+    def phase_times(self, stream: Any = None) -> dict[str, float]:
+        """Where the last launch on ``stream`` (the current one by default; the last
+        PipeLink launch there must be this op's: they share the stream's workspace)
+        spent its time, phase by phase, in ms: from the moment the last CTA finished the phase
+        before (or the first CTA started) to the moment the last CTA finished this one,
+        read from the phase clocks a build linked with ``--phase-clock`` records
+        (``total``: first start to last end). Waits for the stream."""
+        clock = self.kernel.meta.get("phase_clock")
+        if not clock:
+            raise RuntimeLaunchError(f"{self.name} was linked without phase clocks",
+                                     where=str(self.kernel.folder),
+                                     hint="link it with 'pipelink link --phase-clock' "
+                                          "(LinkOptions(phase_clock=True))")
+        torch = self._torch
+        with torch_ops.on_stream(stream, self._device.index) as handle:
+            torch.cuda.current_stream(self._device).synchronize()
+            workspace = torch_ops.launched_workspace(self._device.index, handle)
+        if workspace is None:
+            raise RuntimeLaunchError(f"no launch of {self.name} on this stream to read",
+                                     hint="call the op (eagerly, not in a CUDA graph) first")
+        rows = workspace[clock["offset"]:clock["offset"] + clock["ctas"] * clock["slots"] * 8]
+        ns = rows.view(torch.int64).view(clock["ctas"], clock["slots"]).cpu()
+        ns = ns[ns[:, 0] != 0].double()          # CTAs the launch ran (the rest are zeroed)
+        ends = ns.max(dim=0).values
+        times = {name: float(ends[i + 1] - ends[i]) / 1e6
+                 for i, name in enumerate(clock["phases"])}
+        times[next(iter(times))] = float(ends[1] - ns[:, 0].min()) / 1e6
+        times["total"] = float(ends[-1] - ns[:, 0].min()) / 1e6
+        return times
+
     def _named_inputs(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
         names = self.spec.input_names
         if len(inputs) != len(names):

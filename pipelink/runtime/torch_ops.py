@@ -76,6 +76,12 @@ def workspace(nbytes: int, device: int, stream: int) -> Any:
     return buffer
 
 
+def launched_workspace(device: int, stream: int) -> Any:
+    """The eager workspace of (device, stream), which the last launch there used (None
+    before any)."""
+    return _STREAM_WORKSPACES.get((device, stream))
+
+
 @contextlib.contextmanager
 def on_stream(stream: Any, device: int) -> Iterator[int]:
     """Makes ``device`` and ``stream`` current (so allocations are ordered on it) and

@@ -22,6 +22,9 @@ DEFAULT = ["pipeline_demo", "gemm", "gemm_streamk", "gemm_dynamic", "gemm_multic
            "moe_ffn", "moe_forward", "moe_layer", "grouped_wgrad", "moe_train",
            "moe_train_simt"]
 
+# Also linked with phase clocks into <out>/phases/ (bench: where the time goes).
+PHASE_CLOCKED = {"mlp", "moe_train"}
+
 
 def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:
     index = default_index(ROOT)
@@ -30,9 +33,13 @@ def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:
         # A multi-kernel recipe links one folder per kernel beside kernels.json.
         objects = {kernel: build_objects(view, "sm_90a", index, out / "obj" / "sm_90a")
                    for kernel, view in recipe.kernels().items()}
-        for mode, folder in (("linked", "sm_90a"), ("mono", "mono")):
+        builds = [("linked", "sm_90a", False), ("mono", "mono", False)]
+        if name in PHASE_CLOCKED:
+            builds.append(("linked", "phases", True))
+        for mode, folder, clock in builds:
             results = link_recipe(recipe, objects, out / folder / name,
-                                  LinkOptions("sm_90a", mode=mode), index=index)
+                                  LinkOptions("sm_90a", mode=mode, phase_clock=clock),
+                                  index=index)
             for result in results.values():
                 print(f"{result.cubin}: {result.placement.threads} threads, "
                       f"{result.placement.smem_bytes} B smem")

@@ -13,8 +13,8 @@ import pytest
 
 from pipelink.check import Kernel, phase_counter
 from pipelink.errors import CheckError
-from pipelink.glue import generate
-from pipelink.link import place_kernel
+from pipelink.glue import GlueOptions, generate
+from pipelink.link import LinkOptions, phase_clock, place_kernel
 
 from ..conftest import check_repo_recipe
 
@@ -62,6 +62,24 @@ def test_down_waits_for_up_grid_wide(mlp):
     body = glue.split("// Phase 0: up.")[1]
     assert body.index("pl::phase::end") < body.index("// Phase 1: down.")
     assert body.index("pl_work_up_sched") < body.index("pl::phase::end")
+
+
+def test_phase_clocks_only_where_asked(mlp):
+    """A --phase-clock build records a CTA's start and each phase's end after the kernel's
+    own workspace; a plain build has no clock at all."""
+    kernel, p = mlp
+    assert "pl::phase::clock" not in generate(kernel, p)
+    clock = phase_clock(kernel, LinkOptions("sm_90a", phase_clock=True))
+    assert clock.offset >= kernel.workspace_bytes and clock.offset % 8 == 0
+    assert clock.slots == 3 and phase_clock(kernel, LinkOptions("sm_90a")) is None
+    glue = generate(kernel, p, GlueOptions(phase_clock=clock))
+    # Once each, from the first thread of a math warpgroup (the producer warpgroup's 40
+    # registers have none to spare), every CTA thread having met at the phase's end.
+    for slot in range(clock.slots):
+        call = f"pl::phase::clock(k, {clock.offset}, {clock.ctas}, {clock.slots}, {slot}, 128);"
+        assert glue.count(call) == 1, (slot, glue.count(call))
+    body = glue.rsplit("// Phase 0: up.", 1)[1]                # the math warpgroups' branch
+    assert body.index("pl::phase::end") < body.index(", 1, 128);  // phase 'up' ends")
 
 
 def test_phases_share_tensor_memory_on_sm100(tmp_path):

@@ -65,4 +65,27 @@ __device__ __forceinline__ void begin(uint32_t threads) {
   asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
+// Builds with phase clocks (LinkOptions.phase_clock) only: thread `thread` of the CTA
+// records %globaltimer (ns) in slot `index` of the CTA's row of `slots` clocks at
+// `offset` in the workspace: slot 0 when the CTA starts, slot i + 1 when it has finished
+// phase i (after the CTA meets). CTAs past `ctas` are not recorded.
+__device__ __forceinline__ void clock(const KernelInfo& k, uint32_t offset, uint32_t ctas,
+                                      uint32_t slots, uint32_t index, uint32_t thread) {
+  if (threadIdx.x != thread) return;
+  // The CTA's index read here (volatile), not once for every clock: a row address the
+  // compiler hoisted to the kernel's start would stay live, and spill, in every role.
+  uint32_t x, y, z, nx, ny;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(x));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(y));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(z));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
+  const uint32_t cta = x + nx * (y + ny * z);
+  if (cta >= ctas) return;
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) :: "memory");
+  auto* row = reinterpret_cast<uint64_t*>(static_cast<unsigned char*>(k.workspace) + offset);
+  row[size_t(cta) * slots + index] = now;
+}
+
 }  // namespace pl::phase
