@@ -183,6 +183,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     problems.raise_if_any()
     _check_archs(recipe, arch, bound, problems)
     transfers = _check_connections(recipe, bound, problems)
+    _check_function_callers(bound, transfers, problems)
     _check_fixed_barriers(bound, problems)
     _check_clusters(recipe, bound, problems)
     _check_binds(recipe, bound, problems)
@@ -323,6 +324,27 @@ def _check_connections(recipe: Recipe, bound: dict[str, BoundContract],
     return transfers
 
 
+def _check_function_callers(bound: dict[str, BoundContract], transfers: list[Transfer],
+                            problems: _Problems) -> None:
+    """A caller's function symbols are named by its component and params: two instances
+    of one object share them, so they must share the provider too (the glue defines
+    each symbol once)."""
+    provider: dict[str, Transfer] = {}
+    for t in transfers:
+        if t.kind != "function":
+            continue
+        symbol = bound[t.dst.instance].symbol(f"{bound[t.dst.instance].name}.{t.dst.port}")
+        first = provider.setdefault(symbol, t)
+        if first.src.instance != t.src.instance:
+            problems.add(f"connect[{t.index}]",
+                         f"'{t.dst}' and '{first.dst}' are instances of one object "
+                         f"({bound[t.dst.instance].name}, same params) whose function port "
+                         f"'{t.dst.port}' is connected to two providers ('{first.src}' and "
+                         f"'{t.src}'); the linked kernel holds one definition of its "
+                         "functions", "connect both to one provider, or give the instances "
+                                      "different params (two objects)")
+
+
 def _reads(spec: dict[str, Any]) -> str:
     """What a work port reads, as an error names it: its record types, or its fields."""
     return " or ".join(accepted_records(spec)) or ", ".join(record_fields(spec))
@@ -351,6 +373,14 @@ def _transfer_kind(bound: dict[str, BoundContract], conn: Any, src: Port, dst: P
         problems.add(conn.key, f"{pair}: port kinds differ: {src.kind} vs {dst.kind}",
                      "connect ports of the same kind")
         return None
+    if src.kind == "function":
+        interfaces = (src.spec["interface"], dst.spec["interface"])
+        if interfaces[0] != interfaces[1]:
+            problems.add(conn.key, f"{pair}: the caller calls interface {interfaces[1]}, the "
+                                   f"provider provides {interfaces[0]}",
+                         f"connect a provider of {interfaces[1]} to '{conn.dst}'")
+            return None
+        return "function"
     if src.kind == "work":
         kind = _work_kind(conn.key, pair, src, dst, problems)
         if kind and src.spec["record"] in PARTIAL_RECORDS:
@@ -967,7 +997,7 @@ def _check_phase_transfers(recipe: Recipe, bound: dict[str, BoundContract],
                      "the kernel")
     for t in transfers:
         src, dst = (_phase_index(phases, e.instance) for e in (t.src, t.dst))
-        if t.kind != "global" and src != dst:
+        if t.kind not in ("global", "function") and src != dst:
             problems.add(f"connect[{t.index}]", f"'{t.src}' is in phase "
                          f"'{phases[src].name}' and '{t.dst}' in '{phases[dst].name}': a "
                          f"{t.kind.replace('_', '-')} hand-off cannot cross phases",

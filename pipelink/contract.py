@@ -21,6 +21,7 @@ import jsonschema
 
 from . import expr, yamlload
 from .errors import ContractError
+from .interfaces import INTERFACES, caller_symbol
 from .schema import C_IDENT, CONNECTION, CONTRACT_SCHEMA, IDENT, PARAM_STRING, Validator
 from .work import (
     K_RANGE_FIELDS,
@@ -273,14 +274,25 @@ class BoundContract:
         return f"{entry}_{self.params_hash()}"
 
     def entries(self) -> dict[str, str]:
-        """Source-level entry name of each role and of its init/tail hooks."""
+        """Source-level name of each function the object defines: each role's entry, its
+        init/tail hooks, and the functions of its function out ports ('port.function')."""
         out = {r.name: r.entry for r in self.contract.roles.values()}
         for r in self.contract.roles.values():
             if r.init:
                 out[f"{r.name}.init"] = f"{r.entry}_init"
             if r.tail:
                 out[f"{r.name}.tail"] = f"{r.entry}_tail"
+        out.update(self.functions("out"))
         return out
+
+    def functions(self, direction: str) -> dict[str, str]:
+        """'port.function' -> source-level name, for the function ports of one direction:
+        in, the functions the object calls (the glue defines them); out, the ones it
+        provides."""
+        return {f"{p.name}.{f.name}": caller_symbol(self.name, p.name, f.name)
+                for p in sorted(self.contract.ports.values(), key=lambda p: p.name)
+                if p.kind == "function" and p.dir == direction
+                for f in INTERFACES[p.spec["interface"]].functions}
 
     def dtype(self, value: str, key: str) -> str:
         """A dtype as written, or the dtype a string param names."""
@@ -380,6 +392,12 @@ def contract_from_data(data: Any, where: str) -> Contract:
              for r, spec in data.get("roles", {}).items()}
     ports = {}
     for pname, spec in data.get("ports", {}).items():
+        if spec["kind"] == "function":
+            # Called from any of the component's roles (in) or from another component's
+            # code (out): no role of its own.
+            rest = {k: v for k, v in spec.items() if k not in ("dir", "kind")}
+            ports[pname] = Port(pname, spec["dir"], "function", "", "", rest)
+            continue
         role = spec.get("role") or _only_role(roles, name, pname, where)
         if role not in roles:
             raise ContractError(f"port '{pname}' names role '{role}', which is not declared",
@@ -416,6 +434,8 @@ _PORT_NEEDS = {
     ("global", "in"): ("shape", "readers"),
     ("work", "out"): ("record", "stages"),
     ("work", "in"): (),
+    ("function", "out"): ("interface",),
+    ("function", "in"): ("interface",),
 }
 
 
@@ -423,7 +443,11 @@ def _check_references(c: Contract) -> None:
     mbars = c.section("mbarriers")
     if c.kind == "stage" and not c.roles:
         raise ContractError(f"component '{c.name}' declares no roles", where=c.where("roles"),
-                            hint="a stage runs in warps: roles: {main: {warps: 1}}")
+                            hint="a stage runs in warps: roles: {main: {warps: 1}}; a "
+                                 "component that only provides device functions says "
+                                 "kind: function")
+    if c.kind == "function":
+        _check_function_component(c)
     for port in c.ports.values():
         key = f"ports.{port.name}"
         for need in _PORT_NEEDS[(port.kind, port.dir)]:
@@ -504,6 +528,26 @@ def _check_work_ports(c: Contract) -> None:
                                  "stages: work_stages}")
 
 
+def _check_function_component(c: Contract) -> None:
+    """A function component runs in no warps: it owns no roles, no shared memory and no
+    barriers (its functions run in the caller's warps, on the caller's resources)."""
+    owned = [section for section in ("roles", "smem", "mbarriers", "named_barriers", "tmem")
+             if c.data.get(section)]
+    if owned:
+        raise ContractError(f"function component '{c.name}' declares {', '.join(owned)}",
+                            where=c.where(owned[0]),
+                            hint="its functions run in the caller's warps: drop "
+                                 f"{', '.join(owned)}, or make it a stage (kind: stage)")
+    wrong = [p.name for p in c.ports.values() if p.kind != "function" or p.dir != "out"]
+    if wrong or not c.ports:
+        raise ContractError(f"function component '{c.name}' has "
+                            + (f"port(s) {', '.join(wrong)} that are not function out ports"
+                               if wrong else "no ports"),
+                            where=c.where("ports"),
+                            hint="declare what it provides: "
+                                 "mask: {dir: out, kind: function, interface: attn_mask}")
+
+
 def _expressions(c: Contract):
     """Every (key, expression) in a contract."""
     for section in ("smem", "named_barriers", "tmem"):
@@ -545,7 +589,8 @@ def _expressions(c: Contract):
 
 def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
     """(key, dtype as written) of every port and argument."""
-    refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values() if p.kind != "work"]
+    refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()
+            if p.kind not in ("work", "function")]
     refs += [(f"args[{i}].dtype", a["dtype"]) for i, a in enumerate(c.data.get("args", []))
              if "dtype" in a]
     return refs

@@ -195,6 +195,7 @@ class _Glue:
         self.param_struct()
         if any(t.kind == "conversion" for t in k.transfers):
             self.converter_function()
+        self.function_forwarders()
         self.kernel_entry()
         return w.text()
 
@@ -369,6 +370,42 @@ class _Glue:
             values.append(f"&{field}" if arg["type"] == "tensormap" else field)
         return "{" + ", ".join(values) + "}"
 
+    # -- function ports -----------------------------------------------------------------
+
+    def function_forwarders(self) -> None:
+        """Defines each caller's function symbols as calls of the connected provider's
+        (its placement and runtime arguments added), so LTO inlines the provider into the
+        caller. A provider's arguments are read from the kernel's parameter block."""
+        w = self.w
+        done = set()
+        for t in self.k.transfers:
+            if t.kind != "function":
+                continue
+            caller, provider = self.k.bound[t.dst.instance], self.k.bound[t.src.instance]
+            names = header.type_names(provider)
+            for key, name in caller.functions("in").items():
+                port, fn = key.split(".")
+                if port != t.dst.port or caller.symbol(name) in done:
+                    continue
+                done.add(caller.symbol(name))
+                f = header.function_of(caller.contract, port, fn)
+                target = provider.functions("out")[f"{t.src.port}.{fn}"]
+                w(f"// {t.dst} -> {t.src}: function '{fn}'.")
+                w.open(f'extern "C" __device__ {f.returns} {caller.symbol(name)}('
+                       f"const pl::KernelInfo& k, {f.signature()})")
+                if provider.contract.data.get("args"):
+                    w(f"const pl_params_{self.k.recipe.name}& p = "
+                      f"*static_cast<const pl_params_{self.k.recipe.name}*>(k.params);")
+                    init = self.args_init(t.src.instance, provider)
+                else:
+                    init = "{}"
+                w(f"const {self.ns(provider)}{names['args']} args = {init};")
+                w(f"return {self.ns(provider)}{provider.symbol(target)}("
+                  f"{self.at(t.src.instance)}, args, k, {f.arguments()});")
+                w.close()
+        if done:
+            w()
+
     # -- the converter ------------------------------------------------------------------
 
     def converter_function(self) -> None:
@@ -529,7 +566,7 @@ class _Glue:
         w = self.w
         columns = self.tmem_columns()
         if not columns:
-            w("const pl::KernelInfo k = {p.workspace, 0, p.launch};")
+            w("const pl::KernelInfo k = {p.workspace, 0, p.launch, &p};")
             return
         slot = self.p.smem[TMEM_ADDRESS_SLOT][0]
         warp = self.tmem_warp()
@@ -545,7 +582,8 @@ class _Glue:
         w('asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
         w(self.block_sync())
         w('asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
-        w(f"const pl::KernelInfo k = {{p.workspace, *pl::smem_ptr<uint32_t>({slot}), p.launch}};")
+        w(f"const pl::KernelInfo k = {{p.workspace, *pl::smem_ptr<uint32_t>({slot}), p.launch, "
+          "&p};")
 
     def tmem_free(self) -> None:
         columns = self.tmem_columns()

@@ -13,6 +13,7 @@ same order by calling :func:`place_fields`.
 from __future__ import annotations
 
 from .contract import RING_PORTS, BoundContract, Contract
+from .interfaces import INTERFACES, Function
 
 # C++ spelling of each dtype on the device side.
 CXX_DTYPE: dict[str, str] = {
@@ -45,8 +46,9 @@ def place_fields(bound: BoundContract) -> list[tuple[str, list[tuple[str, str, s
         elif section == "tunables":
             names = sorted(c.tunables)
         elif section == "ports":
-            # The glue owns register hand-offs and the work ring.
-            names = sorted(n for n, p in c.ports.items() if p.kind not in ("registers", "work"))
+            # The glue owns register hand-offs and the work ring; functions are symbols.
+            names = sorted(n for n, p in c.ports.items()
+                           if p.kind not in ("registers", "work", "function"))
         else:
             names = sorted(c.section(section))
         fields = [(_place_type(c, section, n), n, f"{section}.{n}") for n in names]
@@ -90,6 +92,12 @@ def pipeline_ports(bound: BoundContract, role: str) -> list[str]:
     c = bound.contract
     return [n for n, p in sorted(c.ports.items())
             if p.kind in RING_PORTS and p.role == role]
+
+
+def function_of(c: Contract, port: str, function: str) -> Function:
+    """One function of the interface a function port names."""
+    return next(f for f in INTERFACES[c.ports[port].spec["interface"]].functions
+                if f.name == function)
 
 
 def type_names(bound: BoundContract) -> dict[str, str]:
@@ -177,6 +185,19 @@ def generate(bound: BoundContract) -> str:
                 aliases += [f"#undef {spec.entry}_{hook}",
                             f"#define {spec.entry}_{hook} {symbols[f'{role}.{hook}']}"]
         out.append("")
-    out += ["// Plain names for the component's own source.", "#ifndef PL_GLUE", *aliases,
+    for direction in ("in", "out"):
+        for key, name_ in bound.functions(direction).items():
+            port, fn = key.split(".")
+            f = function_of(c, port, fn)
+            first = ("const pl::KernelInfo& k" if direction == "in" else
+                     f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k")
+            what = ("calls; the glue forwards it to the connected provider" if direction == "in"
+                    else "provides")
+            out += [f"// Function '{fn}' of interface '{c.ports[port].spec['interface']}' that "
+                    f"port '{port}' {what}.",
+                    f'extern "C" __device__ {f.returns} {bound.symbol(name_)}'
+                    f"({first}, {f.signature()});"]
+            aliases += [f"#undef {name_}", f"#define {name_} {bound.symbol(name_)}"]
+    out += ["", "// Plain names for the component's own source.", "#ifndef PL_GLUE", *aliases,
             "#endif", "", f"#endif  // {guard}", ""]
     return "\n".join(out)

@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonschema
 
+from .interfaces import INTERFACES
 from .work import RECORDS
 
 IDENT = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"}
@@ -46,14 +47,16 @@ def _map(value: dict[str, Any], description: str) -> dict[str, Any]:
 
 PORT = _obj({
     "dir": {"enum": ["in", "out"], "description": "out: this component produces"},
-    "kind": {"enum": ["smem_pipeline", "tmem", "registers", "global", "work"],
+    "kind": {"enum": ["smem_pipeline", "tmem", "registers", "global", "work", "function"],
              "description": "smem_pipeline: staged buffers with full/empty mbarriers; "
                             "tmem: accumulator buffers in Tensor Memory (sm_100a) with "
                             "full/empty mbarriers, full completed by tcgen05.commit; "
                             "registers: a fragment handed over in the same warps; "
                             "global: a workspace slot with a release/acquire counter; "
                             "work: the kernel's work ring (a scheduler's records, read by "
-                            "every looping role)"},
+                            "every looping role); function: device functions of an "
+                            "interface, called (in) or provided (out), inlined across "
+                            "objects by LTO"},
     "role": {**IDENT, "description": "the role whose entry sees this port (default: the only one)"},
     "dtype": {**DTYPE_REF, "description": DTYPE_REF["description"] + " (every kind "
                                                                      "but work)"},
@@ -62,6 +65,9 @@ PORT = _obj({
                           "uniqueItems": True}],
                "description": "work: the record type (defined in pipelink/types.cuh); an in "
                               "port may list every type it handles"},
+    "interface": {"enum": sorted(INTERFACES),
+                  "description": "function: the interface (pipelink/interfaces.py) whose "
+                                 "functions this port calls (in) or defines (out)"},
     "fields": {"type": "array", "items": IDENT, "minItems": 1, "uniqueItems": True,
                "description": "work in: the record fields this role reads, instead of "
                               "naming a record type"},
@@ -116,8 +122,11 @@ ARG = _obj({
 CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "component": {**IDENT,
                   "description": "the component's name; entries are pl_<component>_<role>"},
-    "kind": {"enum": ["stage", "scheduler"],
-             "description": "scheduler: produces the kernel's work records (a work out port)"},
+    "kind": {"enum": ["stage", "scheduler", "function"],
+             "description": "scheduler: produces the kernel's work records (a work out "
+                            "port); function: runs in no warps of its own, only provides "
+                            "device functions (function out ports) that LTO inlines into "
+                            "their callers"},
     "description": {"type": "string", "description": "free text: what the component does"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the component compiles for"},

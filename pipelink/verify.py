@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .check import Kernel
+from .compile import INCLUDE_DIR
 from .errors import LinkError, ToolchainError
 from .objfile import ComponentObject
 from .problem import ARCH_LIMITS, DYNAMIC_SMEM_ALIGN, Placement, static_footprint
@@ -184,15 +185,34 @@ def _value(operand: str, consts: dict[str, int]) -> int | None:
 # -- the probe ----------------------------------------------------------------------------
 
 
-def probe_source(symbols: Iterable[str]) -> str:
+def probe_source(symbols: Iterable[str], stubs: Iterable[str] = ()) -> str:
     """A translation unit that keeps every entry alive without calling it (the declared
-    type does not matter: LTO links by name and only the address is taken)."""
+    type does not matter: LTO links by name and only the address is taken), and defines
+    ``stubs``: the functions the objects call through function ports, which the glue
+    defines in a kernel."""
     names = sorted(set(symbols))
     lines = ["// Keeps each component entry a function of its own, for verification."]
+    stubs = sorted(set(stubs))
+    if stubs:
+        lines += ['#include "pipelink/pipelink.cuh"', *stubs]
     lines += [f'extern "C" __device__ void {s}();' for s in names]
     lines.append("__device__ void* pl_probe_keep[] = {"
                  + ", ".join(f"(void*)&{s}" for s in names) + "};")
     return "\n".join(lines) + "\n"
+
+
+def function_stubs(objects: dict[str, ComponentObject]) -> list[str]:
+    """A definition returning a zero value for each function an object calls through a
+    function in port (the probe links the objects without their providers)."""
+    from .header import function_of
+    out = []
+    for obj in objects.values():
+        b = obj.bound()
+        for key, name in b.functions("in").items():
+            f = function_of(b.contract, *key.split("."))
+            out.append(f'extern "C" __device__ {f.returns} {b.symbol(name)}('
+                       f"const pl::KernelInfo&, {f.signature()}) {{ return {{}}; }}")
+    return out
 
 
 def probe_ptx(objects: dict[str, ComponentObject], arch: str, nvcc: str,
@@ -204,8 +224,8 @@ def probe_ptx(objects: dict[str, ComponentObject], arch: str, nvcc: str,
     num = arch.removeprefix("sm_")
     with tempfile.TemporaryDirectory(prefix="pipelink-probe-") as tmp:
         src, out = Path(tmp) / "probe.cu", Path(tmp) / "probe.ltoir"
-        src.write_text(probe_source(symbols))
-        proc = subprocess.run([nvcc, "-rdc=true", "-ltoir",
+        src.write_text(probe_source(symbols, function_stubs(unique)))
+        proc = subprocess.run([nvcc, "-rdc=true", "-ltoir", f"-I{INCLUDE_DIR}",
                                f"-gencode=arch=compute_{num},code=lto_{num}",
                                "-o", str(out), str(src)], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -364,7 +384,8 @@ def check_resources(report: PtxasReport, kernel: Kernel, placement: Placement) -
 
 def verify_folded(ptx: str, kernel: Kernel) -> None:
     """The linked PTX must call no component entry and load no placement constant."""
-    symbols = {b.symbol(e) for b in kernel.bound.values() for e in b.entries().values()}
+    symbols = {b.symbol(e) for b in kernel.bound.values()
+               for e in [*b.entries().values(), *b.functions("in").values()]}
     calls = [line.strip() for line in ptx.splitlines()
              if re.search(r"\bcall(\.uni)?\b", line) and any(s in line for s in symbols)]
     loads = [line.strip() for line in ptx.splitlines()

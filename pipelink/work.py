@@ -36,6 +36,12 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     # that offset A by m_offset would read past A; a store that ignored it would write
     # every problem over problem 0.
     "kgrouped_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
+    # Attention over B row-packed sequences: query tile m_block of head n_block of
+    # sequence `group`, whose tokens are rows [m_offset, m_end) of Q, K, V and O viewed
+    # as [rows, heads, head_dim]; the tile sees key tiles [k_begin, k_end) (of the
+    # core's tile_n keys, counted from m_offset). A store that ignored m_end would write
+    # the next sequence's rows; one writing column n_block * tile_n stores the head.
+    "attn_tile": ("pl::WorkTile", WORK_TILE_FIELDS),
 }
 # Records whose pieces exchange partial accumulators: both ends of the ring state the
 # tile shape (so both size a partial alike).
@@ -54,6 +60,9 @@ COMPANION_FIELDS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "kgrouped_tile": (("m_offset", "m_end"), "it would write every problem's output over "
                       "the first one's", "read m_offset (the problem's first output row) "
                       "and m_end"),
+    "attn_tile": (("m_offset", "m_end"), "it would address rows of another sequence",
+                  "read m_offset (the sequence's first row) and m_end (where its rows "
+                  "stop)"),
     "split_tile": (("k_split", "k_splits", "partials", "flag"),
                    "it would store one piece's partial sum as the tile",
                    "combine the pieces (pipelink/splitk.cuh) and read k_split, k_splits, "
@@ -79,7 +88,9 @@ def record_fields(spec: dict[str, Any]) -> tuple[str, ...]:
     return tuple(spec.get("fields", ()))
 
 
-_EXAMPLE = {"grouped_tile": " (rows stop at m_end: e.g. grouped_store_epilogue)",
+_EXAMPLE = {"attn_tile": " (a tile's rows stop at its sequence's m_end: e.g. "
+                         "grouped_store_epilogue)",
+            "grouped_tile": " (rows stop at m_end: e.g. grouped_store_epilogue)",
             "kgrouped_tile": " (e.g. tma_kgrouped_loader, then grouped_store_epilogue)",
             "split_tile": " (pieces combine their partials: e.g. store_epilogue)"}
 

@@ -141,15 +141,15 @@ def spans_overlap(a: int, a_bytes: int, b: int, b_bytes: int) -> bool:
 def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, what: str) -> bytes:
     """A tiled TMA descriptor over a row-major tensor; ``box`` innermost first. A tensor
     of lower rank than the box is read with leading dimensions of 1 (so a loader whose
-    box has a group dimension takes a plain matrix as one group)."""
+    box has a group dimension takes a plain matrix as one group); one of higher rank has
+    its leading dimensions merged where they are contiguous (attention's [B, S, H, D]
+    read as [B*S, H, D] rows)."""
     drv = driver()
     rank = len(box)
-    if len(info.shape) > rank:
-        raise RuntimeLaunchError(f"{what}: a {rank}-D tile map takes a tensor of at most "
-                                 f"{rank} dimensions, got shape {list(info.shape)}")
     require_tma_layout(info, what)
     require_aligned(info, TMA_ALIGN, what)
-    shape, strides = tma_view(info.shape, info.strides, rank)
+    shape, strides = merge_leading(info.shape, info.strides, rank, what)
+    shape, strides = tma_view(shape, strides, rank)
     pitches = [s * info.itemsize for s in reversed(strides[:-1])]
     tmap = call(drv.cuTensorMapEncodeTiled(
         getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[info.dtype]}"),
@@ -163,6 +163,21 @@ def encode_tensormap(info: TensorInfo, box: list[int], swizzle: int, what: str) 
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         f"cuTensorMapEncodeTiled for {what}")
     return ctypes.string_at(tmap.getPtr(), TMA_DESCRIPTOR_BYTES)
+
+
+def merge_leading(shape: tuple[int, ...], strides: tuple[int, ...], rank: int,
+                  what: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``shape`` with its leading dimensions merged down to ``rank``; each merged pair
+    must be contiguous (the outer stride spans the inner dimension)."""
+    shape, strides = tuple(shape), tuple(strides)
+    while len(shape) > rank:
+        if strides[0] != shape[1] * strides[1]:
+            raise RuntimeLaunchError(
+                f"{what}: a {rank}-D tile map reads a tensor of shape {list(shape)} with "
+                f"its leading dimensions merged, but strides {list(strides)} do not allow "
+                "it", hint="pass a contiguous tensor (.contiguous())")
+        shape, strides = (shape[0] * shape[1], *shape[2:]), strides[1:]
+    return shape, strides
 
 
 def tma_view(shape: tuple[int, ...], strides: tuple[int, ...],

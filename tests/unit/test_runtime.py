@@ -14,7 +14,7 @@ import pytest
 from pipelink.errors import RuntimeLaunchError
 from pipelink.runtime import LinkedKernel, encode_tensormap, read_kernel_folder, tensor_info
 from pipelink.runtime.spec import LaunchSpec, evaluate
-from pipelink.runtime.tensors import TensorInfo, is_dense, overlaps, tma_view
+from pipelink.runtime.tensors import TensorInfo, is_dense, merge_leading, overlaps, tma_view
 
 FIELDS = [
     {"name": "load_src", "instance": "load", "arg": "src", "type": "tensormap",
@@ -102,7 +102,9 @@ def test_scalars_are_range_checked(value, needle):
 @pytest.mark.parametrize("info,needle", [
     (tensor_info(FakeTensor((128, 64), "<f2", ptr=0x10008), "x"), "past a 16-byte boundary"),
     (tensor_info(FakeTensor((128, 60), "<f2"), "x"), "not a multiple of 16"),
-    (tensor_info(FakeTensor((4, 128, 64), "<f2"), "x"), "at most 2 dimensions"),
+    # Leading dimensions merge only where contiguous: here batch 0 and 1 have a gap.
+    (tensor_info(FakeTensor((4, 128, 64), "<f2", strides=(2 * 128 * 128, 128, 2)), "x"),
+     "leading dimensions merged"),
     (tensor_info(FakeTensor((128, 64), "<f2", strides=(2, 256)), "x"),
      "innermost dimension has stride 128"),
 ])
@@ -118,6 +120,13 @@ def test_tensor_maps_refuse_bad_layouts(info, needle):
 ])
 def test_tensor_map_view_adds_leading_unit_dimensions(shape, strides, view):
     assert tma_view(shape, strides, 3) == view
+
+
+def test_tensor_map_merges_contiguous_leading_dimensions():
+    """Attention's [B, S, H, D] read by a 3-D map over [B*S, H, D]."""
+    shape, strides = (2, 1000, 16, 128), (1000 * 16 * 128, 16 * 128, 128, 1)
+    assert merge_leading(shape, strides, 3, "q") == ((2000, 16, 128), (16 * 128, 128, 1))
+    assert merge_leading(shape, strides, 4, "q") == (shape, strides)
 
 
 @pytest.mark.parametrize("a,b,expected", [

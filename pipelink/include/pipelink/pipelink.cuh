@@ -24,3 +24,4 @@
 #include "pipelink/tcgen05.cuh"
 #include "pipelink/epilogue.cuh"
 #include "pipelink/tmem_epilogue.cuh"
+#include "pipelink/attention.cuh"

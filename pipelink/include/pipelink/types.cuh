@@ -66,7 +66,7 @@ struct GlobalPort {
 // travel with the work: a role that walks K iterates k_tiles() steps starting at
 // k_begin, so one bind (the scheduler's) sets them all.
 //
-// Four record types share this layout (pipelink/work.py names them for the checker):
+// Five record types share this layout (pipelink/work.py names them for the checker):
 //   gemm_tile     rows of tile m_block are [m_block * tile_m, +tile_m); the tensor's
 //                 edge bounds them (m_offset = 0, m_end = kRowsUnbounded);
 //   grouped_tile  problem `group` owns rows [m_offset, m_end) of row-packed A and C;
@@ -85,6 +85,11 @@ struct GlobalPort {
 //                 m_block and n_block index A's and B's columns with no problem offset,
 //                 and the output tile is rows m_offset + [m_block * tile_m, +tile_m) of
 //                 C [G*M, N], stopping at m_end (m_offset = group * M).
+//   attn_tile     attention: query tile m_block of head n_block of sequence `group`,
+//                 whose tokens are rows [m_offset, m_end) of Q, K, V and O (each viewed
+//                 as [rows, heads, head_dim]); the tile sees key tiles [k_begin, k_end),
+//                 counted from m_offset. O's tile is rows m_offset + [m_block * tile_m,
+//                 +tile_m) by columns n_block * head_dim of O [rows, heads * head_dim].
 struct alignas(16) WorkTile {  // 48 bytes: three 16-byte shared loads
   int32_t m_block;
   int32_t n_block;
@@ -131,6 +136,8 @@ struct KernelInfo {
   uint64_t launch;       // in a kernel with a workspace: nonzero and unique to each
                          // launch the runtime makes (a captured launch replays its own),
                          // so flags set to it need no zeroing before a launch
+  const void* params;    // the kernel's parameter block: the glue's function forwarders
+                         // read a provider's runtime arguments from it
 };
 
 }  // namespace pl

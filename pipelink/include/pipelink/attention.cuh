@@ -1,0 +1,52 @@
+// Attention: the types of the attn_mask and attn_score function interfaces
+// (pipelink/interfaces.py lists their functions), and the online-softmax arithmetic
+// an attention core shares with its tests' expectations.
+#pragma once
+
+#include <cstdint>
+
+namespace pl::attn {
+
+// A half-open range of positions (or of tiles): [begin, end); empty when begin >= end.
+struct Span {
+  int32_t begin;
+  int32_t end;
+  __device__ bool empty() const { return begin >= end; }
+};
+
+// The tiles of `tile` positions that cover span `s`.
+__device__ __forceinline__ Span tiles_of(Span s, int32_t tile) {
+  if (s.empty()) return Span{0, 0};
+  return Span{s.begin / tile, (s.end + tile - 1) / tile};
+}
+
+constexpr float kLog2e = 1.4426950408889634f;   // softmax runs in base 2: exp(x) = 2^(x log2 e)
+constexpr float kLn2 = 0.6931471805599453f;
+
+// 1 / sqrt(x) at compile time (Newton's iteration from 1 / x, which converges for
+// x >= 1): the default softmax scale of a head dimension.
+constexpr float rsqrt_constexpr(float x) {
+  float y = 1.0f / x;
+  for (int i = 0; i < 64; ++i) y = y * (1.5f - 0.5f * x * y * y);
+  return y;
+}
+
+// 2^x on the SFU (one MUFU.EX2; -inf gives 0): the exponential of online softmax.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The max and the sum over the four threads of a quad: they hold one accumulator row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace pl::attn

@@ -1,0 +1,71 @@
+"""Function interfaces: device functions one component calls and another provides.
+
+A `function` port names an interface. The caller's object references one symbol per
+function of the interface (``pl_<component>_<port>_<function>``, params-hashed like
+every entry); the provider defines its own (``pl_<provider>_<port>_<function>``,
+taking its placement and runtime arguments first). The glue defines the caller's
+symbols as forwarders to the connected provider, so nvJitLink's LTO inlines the
+provider into the caller: a score or mask modifier linked into an unchanged
+attention core, as FlexAttention does by generating code. The device-side types the
+signatures use live in ``pipelink/include/pipelink/attention.cuh``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    returns: str                          # C++ return type
+    params: tuple[tuple[str, str], ...]   # (C++ type, name)
+    description: str
+
+    def signature(self) -> str:
+        return ", ".join(f"{ctype} {name}" for ctype, name in self.params)
+
+    def arguments(self) -> str:
+        return ", ".join(name for _, name in self.params)
+
+
+@dataclass(frozen=True)
+class Interface:
+    name: str
+    description: str
+    functions: tuple[Function, ...]
+
+
+_I32 = "int32_t"
+
+INTERFACES: dict[str, Interface] = {i.name: i for i in (
+    Interface(
+        "attn_mask",
+        "which keys a query of an attention core sees (FlexAttention's mask_mod, plus "
+        "the block-level facts a scheduler and a core need to skip work): positions are "
+        "counted from the sequence's first row",
+        (Function("kv_range", "pl::attn::Span",
+                  ((_I32, "q_begin"), (_I32, "q_end"), (_I32, "kv_len")),
+                  "the key positions [begin, end) that some query of [q_begin, q_end) "
+                  "may see, within [0, kv_len); begin >= end: none"),
+         Function("partial", "bool",
+                  ((_I32, "q_begin"), (_I32, "q_end"), (_I32, "kv_begin"), (_I32, "kv_end")),
+                  "whether the block of queries [q_begin, q_end) by keys [kv_begin, "
+                  "kv_end) has a masked element (the core then asks keep() per element)"),
+         Function("keep", "bool", ((_I32, "q"), (_I32, "kv")),
+                  "whether query q sees key kv"))),
+    Interface(
+        "attn_score",
+        "a modifier of the scaled attention score before softmax (FlexAttention's "
+        "score_mod): returns the new score",
+        (Function("score", "float",
+                  (("float", "s"), (_I32, "batch"), (_I32, "head"), (_I32, "q"), (_I32, "kv")),
+                  "the score of query q and key kv of (batch, head), given the scaled "
+                  "dot product s"),)),
+)}
+
+
+def caller_symbol(component: str, port: str, function: str) -> str:
+    """The unhashed name a caller's source uses for one function of its in port (and a
+    provider's for its out port)."""
+    return f"pl_{component}_{port}_{function}"
