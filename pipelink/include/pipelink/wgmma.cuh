@@ -171,6 +171,63 @@ __device__ __forceinline__ void mma_bf16_ss(float (&d)[N / 2], uint64_t a, uint6
   }
 }
 
+
+// D (64 x N, fp32) = A * B^T (+ D when `accumulate` is non-zero) with A from registers:
+// the m64k16 bf16 fragment, thread t of the warpgroup holding rows r = 16 (t / 32) +
+// (t % 32) / 4 and r + 8, columns 2 (t % 4) + {0, 1} and + 8, in a[0..3] as (r, c),
+// (r + 8, c), (r, c + 8), (r + 8, c + 8). That is the accumulator fragment of a
+// 16-column slice of an m64nN product, rounded and packed in pairs: so an attention
+// core's probabilities P feed P V without leaving registers. N = 64 or 128;
+// kMnMajorB: B's tile is MN-major.
+template <int N, bool kMnMajorB = false>
+__device__ __forceinline__ void mma_bf16_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                            uint64_t b, uint32_t accumulate) {
+  static_assert(N == 64 || N == 128,
+                "register-A wgmma here is 64 or 128 wide: use head_dim 64 or 128");
+  constexpr int kTransB = kMnMajorB;
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+          "n"(kTransB));
+  } else if constexpr (N == 128) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39,"
+        "%40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55,"
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
+          PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate),
+          "n"(kTransB));
+  }
+}
+
+// Pins register-A fragments at this point of the program, as fence_operands does the
+// accumulators.
+template <int N>
+__device__ __forceinline__ void fence_fragments(uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j]) :: "memory");
+  }
+}
+
 #undef PL_WGMMA_D8
 
 }  // namespace pl::wgmma

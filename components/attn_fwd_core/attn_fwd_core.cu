@@ -1,0 +1,292 @@
+// attn_fwd_core: the consumer warpgroups of an FA3-class attention forward. Warpgroup
+// g owns query rows [64g, 64g + 64) of each tile; per key tile it computes
+// S = Q K^T (smem x smem wgmma), applies the linked score modifier and mask, updates
+// the online softmax in registers, and accumulates O += P V with P as the register
+// operand of the wgmma.
+#include "pl_attn_fwd_core.h"
+#include "pipelink/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "attn_fwd_core issues wgmma, which only sm_90a has: build it for sm_90a"
+#endif
+
+using Params = pl_params_attn_fwd_core;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kHeadDim = Params::head_dim;
+constexpr uint32_t kRows = pl::wgmma::kM;                       // query rows per warpgroup
+constexpr uint32_t kScores = kRows * kTileN / pl::kWarpgroupThreads;   // S floats per thread
+constexpr uint32_t kOutputs = kRows * kHeadDim / pl::kWarpgroupThreads;
+constexpr uint32_t kQKSteps = kHeadDim / pl::wgmma::kK;          // wgmma per S
+constexpr uint32_t kPVSteps = kTileN / pl::wgmma::kK;            // wgmma per P V
+constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);  // 64
+constexpr uint32_t kStepsPerBox = kBoxColumns / pl::wgmma::kK;  // K steps in one swizzled row
+constexpr uint32_t kKStepBytes = pl::wgmma::kK * sizeof(Element);
+constexpr uint32_t kAccumulate = 1;
+constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));  // softmax scale
+constexpr float kNegInf = -__builtin_huge_valf();
+constexpr uint32_t kWarpgroups = kTileM / kRows;
+constexpr uint32_t kTurnThreads = 2 * pl::kWarpgroupThreads;   // one waits, one hands over
+using OperandV = pl::wgmma::Sw128Operand<true, kTileN>;         // V: MN-major, K = keys
+
+static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
+static_assert(kTileM == kRows || kTileM == 2 * kRows,
+              "each warpgroup owns 64 query rows: tile_m = 64 or 128");
+static_assert(kTileN == 64 || kTileN == 128, "S is one m64nN wgmma: tile_n = 64 or 128");
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
+
+// A K-major operand of `rows` rows stored as 64-column boxes side by side: the
+// descriptor of K step `s` for the 64 rows from `first_row`.
+__device__ __forceinline__ uint64_t kmajor_desc(uint32_t stage, uint32_t rows,
+                                                uint32_t first_row, uint32_t s) {
+  const uint32_t box = stage + (s / kStepsPerBox) * rows * pl::wgmma::kSwizzleBytes;
+  return pl::wgmma::desc_advance(
+      pl::wgmma::desc_sw128_kmajor(box + first_row * pl::wgmma::kSwizzleBytes),
+      (s % kStepsPerBox) * kKStepBytes);
+}
+
+// Where this thread's accumulator elements sit in a 64-row warpgroup slice: element i
+// is at row row0 + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + i % 2.
+struct Fragment {
+  int32_t row0;
+  int32_t col0;
+  __device__ static int32_t row_half(uint32_t i) { return int32_t((i / 2) % 2); }
+  __device__ static int32_t column(uint32_t i) { return int32_t(8 * (i / 4) + i % 2); }
+};
+
+__device__ __forceinline__ Fragment fragment_of(uint32_t thread) {
+  const uint32_t lane = thread % 32;
+  return Fragment{int32_t(16 * (thread / 32) + lane / 4), int32_t(2 * (lane % 4))};
+}
+
+// The running softmax state of this thread's two rows.
+struct Softmax {
+  float max[2] = {kNegInf, kNegInf};
+  float sum[2] = {0.0f, 0.0f};     // this thread's part; the quad adds up at the end
+};
+
+// Issues S = Q K^T for this warpgroup's rows as one committed batch (not retired).
+__device__ __forceinline__ void issue_scores(float (&s)[kScores], uint32_t q_stage,
+                                             uint32_t k_stage, uint32_t warpgroup) {
+  pl::wgmma::fence_operands(s);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kQKSteps; ++step) {
+    pl::wgmma::mma_bf16_ss<kTileN>(s, kmajor_desc(q_stage, kTileM, warpgroup * kRows, step),
+                                   kmajor_desc(k_stage, kTileN, 0, step), step > 0);
+  }
+  pl::wgmma::commit();
+}
+
+// Scales S, applies the score modifier, and masks: per element on a partial tile and
+// past the sequence's last key.
+__device__ __forceinline__ void modify_scores(float (&s)[kScores], const pl::KernelInfo& k,
+                                              const pl::WorkTile& tile, Fragment f,
+                                              int32_t q_first, int32_t kv_first,
+                                              int32_t kv_len) {
+  const int32_t q_tile = tile.m_block * int32_t(kTileM);
+  const bool partial = kv_first + int32_t(kTileN) > kv_len ||
+                       pl_attn_fwd_core_mask_partial(k, q_tile, q_tile + int32_t(kTileM),
+                                                     kv_first, kv_first + int32_t(kTileN));
+#pragma unroll
+  for (uint32_t i = 0; i < kScores; ++i) {
+    const int32_t q = q_first + f.row0 + 8 * Fragment::row_half(i);
+    const int32_t kv = kv_first + f.col0 + Fragment::column(i);
+    s[i] = pl_attn_fwd_core_score_score(k, s[i] * kScale, tile.group, tile.n_block, q, kv);
+    if (partial && (kv >= kv_len || !pl_attn_fwd_core_mask_keep(k, q, kv))) s[i] = kNegInf;
+  }
+}
+
+// Online softmax: folds S into the running max and sum and leaves P = exp(S - max)
+// in S; returns in `rescale` what O's rows must be multiplied by (O is still being
+// accumulated by the previous tile's P V, so the caller applies it once that retires).
+__device__ __forceinline__ void softmax_tile(float (&s)[kScores], Softmax& sm,
+                                             float (&rescale)[2]) {
+  float tile_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+  for (uint32_t i = 0; i < kScores; ++i) {
+    tile_max[Fragment::row_half(i)] = fmaxf(tile_max[Fragment::row_half(i)], s[i]);
+  }
+  float base[2];
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) {
+    const float max = fmaxf(sm.max[r], pl::attn::quad_max(tile_max[r]));
+    // A row that has seen no key yet keeps max -inf: exponentiate against 0 instead,
+    // so its P and its rescale are 0, never NaN.
+    base[r] = max == kNegInf ? 0.0f : max * pl::attn::kLog2e;
+    rescale[r] = pl::attn::exp2_approx(sm.max[r] * pl::attn::kLog2e - base[r]);
+    sm.max[r] = max;
+    sm.sum[r] *= rescale[r];
+  }
+#pragma unroll
+  for (uint32_t i = 0; i < kScores; ++i) {
+    const uint32_t r = Fragment::row_half(i);
+    s[i] = pl::attn::exp2_approx(fmaf(s[i], pl::attn::kLog2e, -base[r]));
+    sm.sum[r] += s[i];
+  }
+}
+
+__device__ __forceinline__ void rescale_output(float (&o)[kOutputs], const float (&rescale)[2]) {
+#pragma unroll
+  for (uint32_t i = 0; i < kOutputs; ++i) o[i] *= rescale[Fragment::row_half(i)];
+}
+
+// P rounded to bf16 as the register A operand of P V: K step j is the accumulator
+// fragment of S's columns [16j, 16j + 16), packed in pairs.
+__device__ __forceinline__ void pack_probabilities(const float (&p)[kScores],
+                                                   uint32_t (&a)[kPVSteps][4]) {
+#pragma unroll
+  for (uint32_t j = 0; j < kPVSteps; ++j) {
+#pragma unroll
+    for (uint32_t r = 0; r < 4; ++r) {
+      a[j][r] = pl::epi::pack_bf16x2(p[8 * j + 2 * r], p[8 * j + 2 * r + 1]);
+    }
+  }
+}
+
+// Issues O += P V as one committed batch (not retired: P's registers stay live until
+// the caller's fence_fragments after the wait).
+__device__ __forceinline__ void issue_output(float (&o)[kOutputs], uint32_t (&p)[kPVSteps][4],
+                                             uint32_t v_stage) {
+  const uint64_t desc_v = OperandV::desc(v_stage);
+  pl::wgmma::fence_fragments(p);
+  pl::wgmma::fence_operands(o);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kPVSteps; ++step) {
+    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
+        o, p[step], pl::wgmma::desc_advance(desc_v, step * OperandV::kKStepBytes), kAccumulate);
+  }
+  pl::wgmma::commit();
+}
+
+// The warpgroups take turns at issuing their GEMMs (one turn: a key tile's QK^T and
+// the previous tile's P V), so one warpgroup's softmax runs while the other's wgmma
+// keep the tensor cores busy. Warpgroup g waits on barrier turn[g] and hands the turn
+// to the next. Per tile the last turn comes back to warpgroup 0, which takes it and
+// then releases warpgroup 1 from the tile: so no arrival of the next tile can meet
+// one of this tile's syncs, whatever runs between tiles.
+struct Turns {
+  uint32_t mine;
+  uint32_t next;
+  uint32_t warpgroup;
+  __device__ void wait() const {
+    if constexpr (kWarpgroups > 1) pl::named_sync(mine, kTurnThreads);
+  }
+  __device__ void pass() const {
+    if constexpr (kWarpgroups > 1) pl::named_arrive(next, kTurnThreads);
+  }
+  __device__ void open_tile() const {   // warpgroup 0 takes the first turn
+    if (kWarpgroups > 1 && warpgroup == kWarpgroups - 1) pl::named_arrive(next, kTurnThreads);
+  }
+  __device__ void close_tile() const {
+    if constexpr (kWarpgroups > 1) {
+      if (warpgroup == 0) {
+        pl::named_sync(mine, kTurnThreads);     // the turn that comes back
+        pl::named_arrive(next, kTurnThreads);   // warpgroup 1 may leave the tile
+      } else {
+        pl::named_sync(mine, kTurnThreads);
+      }
+    }
+  }
+};
+
+// O / sum, and the row's log-sum-exp to lse[group, head, q] (rows past the sequence
+// are not written).
+__device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
+                                            const pl_args_attn_fwd_core& args,
+                                            const pl::WorkTile& tile, Fragment f,
+                                            int32_t q_first, int32_t kv_len, bool writer) {
+  float inverse[2];
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) {
+    const float sum = pl::attn::quad_sum(sm.sum[r]);
+    inverse[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const int32_t q = q_first + f.row0 + 8 * int32_t(r);
+    if (writer && q < kv_len) {
+      const float lse = sum > 0.0f ? sm.max[r] + __logf(sum) : kNegInf;
+      args.lse[(size_t(tile.group) * args.heads + uint32_t(tile.n_block)) * uint32_t(kv_len) +
+               uint32_t(q)] = lse;
+    }
+  }
+#pragma unroll
+  for (uint32_t i = 0; i < kOutputs; ++i) o[i] *= inverse[Fragment::row_half(i)];
+}
+
+// Consumer warpgroups' perspective, per record: the key tiles software-pipelined, so
+// tile j's softmax runs while tile j - 1's P V is on the tensor cores.
+extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at,
+                                                const pl_args_attn_fwd_core& args,
+                                                const pl::KernelInfo& k,
+                                                const pl::WorkTile& tile,
+                                                pl_state_attn_fwd_core_mma& st,
+                                                float (&o)[kOutputs]) {
+  const uint32_t thread = pl::thread_in_role(at.role.mma);
+  const uint32_t warpgroup = thread / pl::kWarpgroupThreads;
+  const bool releaser = thread % pl::kWarpgroupThreads == 0;
+  const Fragment f = fragment_of(thread % pl::kWarpgroupThreads);
+  const Turns turns{warpgroup == 0 ? at.bar.turn_a : at.bar.turn_b,
+                    warpgroup == 0 ? at.bar.turn_b : at.bar.turn_a, warpgroup};
+  const int32_t kv_len = tile.m_end - tile.m_offset;
+  const int32_t q_first = tile.m_block * int32_t(kTileM) + int32_t(warpgroup * kRows);
+  Softmax sm;
+#pragma unroll
+  for (uint32_t i = 0; i < kOutputs; ++i) o[i] = 0.0f;
+  pl::consumer_wait(at.port.q, st.q);
+  const uint32_t q_stage = pl::stage_offset(at.port.q, st.q);
+  if (tile.k_tiles() > 0) {
+    float s[kScores], rescale[2];
+    uint32_t p[kPVSteps][4];
+    turns.open_tile();
+    // The first key tile: its scores alone.
+    pl::consumer_wait(at.port.k, st.k);
+    turns.wait();
+    issue_scores(s, q_stage, pl::stage_offset(at.port.k, st.k), warpgroup);
+    turns.pass();
+    pl::wgmma::wait<0>();
+    pl::wgmma::fence_operands(s);
+    if (releaser) pl::consumer_release(at.port.k, st.k);
+    st.k.advance(at.port.k);
+    modify_scores(s, k, tile, f, q_first, tile.k_begin * int32_t(kTileN), kv_len);
+    softmax_tile(s, sm, rescale);
+    pack_probabilities(s, p);
+    for (int32_t kv_tile = tile.k_begin + 1; kv_tile < tile.k_end; ++kv_tile) {
+      // Tile j's scores and tile j - 1's P V in flight together.
+      pl::consumer_wait(at.port.k, st.k);
+      pl::consumer_wait(at.port.v, st.v);
+      turns.wait();
+      issue_scores(s, q_stage, pl::stage_offset(at.port.k, st.k), warpgroup);
+      issue_output(o, p, pl::stage_offset(at.port.v, st.v));
+      turns.pass();
+      pl::wgmma::wait<1>();                 // the scores (the older batch) are in
+      pl::wgmma::fence_operands(s);
+      if (releaser) pl::consumer_release(at.port.k, st.k);
+      st.k.advance(at.port.k);
+      modify_scores(s, k, tile, f, q_first, kv_tile * int32_t(kTileN), kv_len);
+      softmax_tile(s, sm, rescale);
+      pl::wgmma::wait<0>();                 // P V is in: O and P are free
+      pl::wgmma::fence_operands(o);
+      pl::wgmma::fence_fragments(p);
+      if (releaser) pl::consumer_release(at.port.v, st.v);
+      st.v.advance(at.port.v);
+      rescale_output(o, rescale);
+      pack_probabilities(s, p);
+    }
+    // The last tile's P V.
+    pl::consumer_wait(at.port.v, st.v);
+    turns.wait();
+    issue_output(o, p, pl::stage_offset(at.port.v, st.v));
+    turns.pass();
+    pl::wgmma::wait<0>();
+    pl::wgmma::fence_operands(o);
+    pl::wgmma::fence_fragments(p);
+    if (releaser) pl::consumer_release(at.port.v, st.v);
+    st.v.advance(at.port.v);
+    turns.close_tile();
+  }
+  if (releaser) pl::consumer_release(at.port.q, st.q);
+  st.q.advance(at.port.q);
+  finish_rows(o, sm, args, tile, f, q_first, kv_len, f.col0 == 0);
+}

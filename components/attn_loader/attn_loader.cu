@@ -1,0 +1,72 @@
+// attn_loader: one producer warp streaming an attention core's Q, K and V tiles.
+// A tile of head_dim columns is head_dim / 64 swizzled boxes of (64 columns, 1 head,
+// rows), each `rows * 128` bytes, side by side in the stage.
+#include "pl_attn_loader.h"
+
+using Params = pl_params_attn_loader;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kHeadDim = Params::head_dim;
+constexpr uint32_t kSwizzleBytes = 128;                        // the maps' SWIZZLE_128B
+constexpr uint32_t kBoxColumns = kSwizzleBytes / sizeof(Element);
+constexpr uint32_t kBoxes = kHeadDim / kBoxColumns;            // boxes per tile
+constexpr uint32_t kTileBytesQ = kTileM * kHeadDim * sizeof(Element);
+constexpr uint32_t kTileBytesKV = kTileN * kHeadDim * sizeof(Element);
+constexpr uint32_t kMaxBoxRows = 256;                          // TMA box limit per dimension
+
+static_assert(kHeadDim % kBoxColumns == 0,
+              "a tile is whole 128-byte boxes: make head_dim a multiple of 64 (bf16)");
+static_assert(kTileM <= kMaxBoxRows && kTileN <= kMaxBoxRows,
+              "a TMA box spans at most 256 rows: lower tile_m or tile_n");
+static_assert(kTileM % 64 == 0 && kTileN % 64 == 0,
+              "cores split tiles in 64-row warpgroup slices: make tile_m, tile_n multiples "
+              "of 64");
+
+// One tile of `kRows` rows of `head` from `row`: its boxes side by side.
+template <uint32_t kRows>
+__device__ __forceinline__ void load_tile(uint32_t stage, const pl::TensorMap* map,
+                                          uint32_t full, int32_t head, int32_t row) {
+#pragma unroll
+  for (uint32_t b = 0; b < kBoxes; ++b) {
+    pl::tma::load_3d(stage + b * kRows * kSwizzleBytes, map, full,
+                     int32_t(b * kBoxColumns), head, row);
+  }
+}
+
+// Producer's perspective, once: pull the three descriptors into the cache early.
+extern "C" __device__ void pl_attn_loader_producer_init(const pl_place_attn_loader&,
+                                                        const pl_args_attn_loader& args,
+                                                        const pl::KernelInfo&,
+                                                        pl_state_attn_loader_producer&) {
+  if (!pl::elect_one_in_warp()) return;
+  pl::tma::prefetch_descriptor(args.tma_q);
+  pl::tma::prefetch_descriptor(args.tma_k);
+  pl::tma::prefetch_descriptor(args.tma_v);
+}
+
+// Producer's perspective, per record: the query tile, then K and V per key tile.
+extern "C" __device__ void pl_attn_loader_producer(const pl_place_attn_loader& at,
+                                                   const pl_args_attn_loader& args,
+                                                   const pl::KernelInfo&,
+                                                   const pl::WorkTile& tile,
+                                                   pl_state_attn_loader_producer& st) {
+  const int32_t head = tile.n_block;
+  const int32_t kv_head = head / int32_t(args.kv_group);
+  pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
+    load_tile<kTileM>(stage, args.tma_q, full, head, tile.first_row(kTileM));
+  });
+  st.q.advance(at.port.q);
+  for (int32_t kv = tile.k_begin; kv < tile.k_end; ++kv) {
+    const int32_t row = tile.m_offset + kv * int32_t(kTileN);
+    pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
+      load_tile<kTileN>(stage, args.tma_k, full, kv_head, row);
+    });
+    pl::producer_fill(at.port.v, st.v, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
+      load_tile<kTileN>(stage, args.tma_v, full, kv_head, row);
+    });
+    st.k.advance(at.port.k);
+    st.v.advance(at.port.v);
+  }
+}
