@@ -221,13 +221,16 @@ def _document(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
 
 
 def _merge(base: Any, over: Any) -> Any:
-    """``over`` written over ``base``: mappings merge key by key, anything else (lists
-    included) replaces."""
+    """``over`` written over ``base``: mappings merge key by key, a key set to null
+    (``~``) is removed, anything else (lists included) replaces."""
     if not (isinstance(base, dict) and isinstance(over, dict)):
         return over
     out = dict(base)
     for key, value in over.items():
-        out[key] = _merge(base.get(key), value)
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(base.get(key), value)
     return out
 
 

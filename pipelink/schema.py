@@ -287,8 +287,9 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
     "description": {"type": "string", "description": "free text: what the kernel computes"},
     "extends": {**IDENT, "description": "another recipe of the same folder this one is "
                                         "written over: its document, with this one's keys "
-                                        "merged in (mappings key by key, anything else "
-                                        "replaced), e.g. one instance swapped"},
+                                        "merged in (mappings key by key, a key set to "
+                                        "~ removed, anything else replaced), e.g. one "
+                                        "instance swapped"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the recipe builds"},
     "phases": PHASES,

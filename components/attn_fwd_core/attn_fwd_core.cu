@@ -193,8 +193,8 @@ struct Turns {
   }
 };
 
-// O / sum, and the row's log-sum-exp to lse[group, head, q] (rows past the sequence
-// are not written).
+// O / sum, and the row's log-sum-exp to lse[m_offset * lse_rows + head * lse_heads + q]
+// (rows past the sequence are not written).
 __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
                                             const pl_args_attn_fwd_core& args,
                                             const pl::WorkTile& tile, Fragment f,
@@ -207,7 +207,7 @@ __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
     const int32_t q = q_first + f.row0 + 8 * int32_t(r);
     if (writer && q < kv_len) {
       const float lse = sum > 0.0f ? sm.max[r] + __logf(sum) : kNegInf;
-      args.lse[(size_t(tile.group) * args.heads + uint32_t(tile.n_block)) * uint32_t(kv_len) +
+      args.lse[size_t(tile.m_offset) * args.lse_rows + size_t(tile.n_block) * args.lse_heads +
                uint32_t(q)] = lse;
     }
   }

@@ -64,6 +64,9 @@ class Plan:
     moves: tuple[tuple[int, Callable[[int], None]], ...] = ()
     addresses: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Every output has zero elements: the kernel would write nothing, so no launch is
+    # made (nor tensor maps, which cannot describe an empty tensor).
+    noop: bool = False
 
 
 class Op:
@@ -193,6 +196,8 @@ class Op:
         device = self._device
         outs = list(given) or [self._empty(shape, dtype=dtype, device=device)
                                for _, shape, dtype in plan.alloc]
+        if plan.noop:
+            return outs[0] if len(outs) == 1 else tuple(outs)
         if not given:
             ptrs += [o.data_ptr() for o in outs]
         stream = self._raw_stream(device.index)
@@ -245,6 +250,8 @@ class Op:
     def _launch_checked(self, plan: Plan, tensors: dict[str, Any], given: dict[str, Any],
                         stream: int) -> dict[str, Any]:
         outputs = self._outputs(plan, given)
+        if plan.noop:
+            return outputs
         values = {**tensors, **outputs}
         ptrs = [t.data_ptr() for t in values.values()]
         workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index, stream)
@@ -265,6 +272,10 @@ class Op:
         tensors = self._named_inputs(inputs)
         given = self._named_outputs(out)
         plan = self._plan(tensors, given, self.spec.scalar_values(scalars))
+        if plan.noop:
+            raise RuntimeLaunchError(f"{self.name}: every output of this call is empty, so "
+                                     "there is no launch to prepare",
+                                     hint="call the op instead (it returns the empty outputs)")
         self._check_addresses(plan, tensors, given)
         with torch_ops.on_stream(stream, self._device.index) as handle:
             outputs = self._outputs(plan, given)
@@ -384,7 +395,8 @@ class Op:
         return Plan(self.spec.grid_for(sizes, self._num_sms), self.spec.scalars(sizes),
                     tuple(alloc), tuple(aligns), tuple((position[n], a) for n, a in aligns),
                     spans, tuple((position[o], spans[o], position[other], spans[other])
-                                 for o, other in self._must_not_overlap(given)))
+                                 for o, other in self._must_not_overlap(given)),
+                    noop=all(0 in shapes[o.name] for o in self.spec.outputs))
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
         if not info.on_gpu:

@@ -92,7 +92,10 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def is_dense(info: TensorInfo) -> bool:
-    """Row-major with no gaps (size-1 dimensions may have any stride)."""
+    """Row-major with no gaps (size-1 dimensions may have any stride; a tensor of no
+    elements has nothing to misplace)."""
+    if 0 in info.shape:
+        return True
     want = contiguous_strides(info.shape)
     return all(d == 1 or s == w for d, s, w in zip(info.shape, info.strides, want, strict=True))
 

@@ -70,3 +70,12 @@ def test_bad_extends_is_refused(tmp_path, text, needle):
         load_recipe(path)
     assert needle in str(err.value), str(err.value)
     assert str(tmp_path) in str(err.value)      # names the recipe file
+
+
+def test_a_null_key_removes_what_the_base_set():
+    """attn_document drops the base's sched.seq bind (its scheduler has no such
+    argument) and rebinds the rest."""
+    recipe = load_recipe(ROOT / "recipes" / "attn_document.yaml")
+    bind = recipe.data["launch"]["bind"]
+    assert "sched.seq" not in bind
+    assert bind["sched.batch"] == "N - 1" and bind["load.tma_q"] == "q"
