@@ -1,9 +1,12 @@
 """Attention forward on the GPU: the attn_* recipes (linked and monolithic) against
-SDPA (PyTorch's fastest dense/causal path: FlashAttention or cuDNN; for the sliding
-window, a boolean mask) and torch.compile'd FlexAttention with the same mask_mod,
-side by side in one run.
+SDPA (PyTorch's fastest dense/causal path: FlashAttention or cuDNN; for the other
+masks, the mask as a dense boolean tensor) and torch.compile'd FlexAttention with the
+same mask_mod (and, for attn_block_sparse, the very BlockMask our op reads), side by
+side in one run. attn_document packs the same B S tokens as one sequence of documents
+of 256 to 3072 tokens.
 
-    python -m tests.gpu.build attn_causal attn_dense attn_sliding  # build machine
+    python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_block_sparse \
+        attn_document                                            # build machine
     python bench/attention.py --json bench/attention.json        # GPU machine
     python bench/attention.py --report bench/attention.json      # RESULTS.md section
 
@@ -31,20 +34,44 @@ from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
 ROTATE = 2
 SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128)]   # B, H, S, D
 WINDOW = 1024
-# recipe -> the FlexAttention mask_mod of the same mask (None: dense)
-MASKS = {"attn_causal": lambda b, h, q, kv: q >= kv,
-         "attn_dense": None,
-         "attn_sliding": lambda b, h, q, kv: (q >= kv) & (q - kv <= WINDOW)}
+RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document")
 
 
-def pairs_seen(s: int, recipe: str) -> int:
-    """(query, key) pairs the mask keeps."""
+def sparse_blocks(b, h, q, kv):  # noqa: ANN001, ANN201
+    """attn_block_sparse's mask: causal, over every third key block back and the one
+    just before the query's (a strided sparse pattern)."""
+    qb, kb = q // 128, kv // 128
+    return (q >= kv) & (((qb - kb) % 3 == 0) | (qb - kb == 1))
+
+
+def document_lengths(total: int, seed: int) -> list[int]:
+    """Documents of 256 to 3072 tokens (uniform), the last one cut to fill `total`."""
+    import random
+    rng, out = random.Random(seed), []
+    while sum(out) < total:
+        out.append(min(rng.randint(256, 3072), total - sum(out)))
+    return out
+
+
+def mask_mod_of(recipe: str, doc=None):  # noqa: ANN001, ANN201
+    """The FlexAttention mask_mod of a recipe's mask (None: dense)."""
     if recipe == "attn_dense":
-        return s * s
-    if recipe == "attn_causal":
-        return s * (s + 1) // 2
-    w = min(WINDOW, s - 1)   # sliding: keys q - WINDOW .. q
-    return (w + 1) * s - w * (w + 1) // 2
+        return None
+    if recipe == "attn_sliding":
+        return lambda b, h, q, kv: (q >= kv) & (q - kv <= WINDOW)
+    if recipe == "attn_block_sparse":
+        return sparse_blocks
+    if recipe == "attn_document":
+        return lambda b, h, q, kv: (doc[q] == doc[kv]) & (q >= kv)
+    return lambda b, h, q, kv: q >= kv
+
+
+def dense_mask(mask_mod, s: int):  # noqa: ANN001, ANN201
+    """[s, s] booleans of a mask_mod (for SDPA and for counting the work)."""
+    import torch
+    at = torch.arange(s, device="cuda")
+    zero = torch.zeros((), dtype=torch.long, device="cuda")
+    return mask_mod(zero, zero, at[:, None], at[None, :])
 
 
 def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: int) -> dict:
@@ -52,38 +79,56 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    documents = recipe == "attn_document"
+    if documents:                  # the same tokens as one packed sequence of B S rows
+        b, s = 1, b * s
     sets = [tuple(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
                   for _ in range(3)) for _ in range(ROTATE)]
     outs = [(torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16),
              torch.empty(b, h, s, device="cuda", dtype=torch.float32)) for _ in range(ROTATE)]
+    doc, extra = None, ()
+    if documents:
+        lengths = document_lengths(s, seed=s)
+        cu = torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32)
+        doc = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"),
+                                      torch.tensor(lengths, device="cuda"))
+        sets = [tuple(t[0] for t in qkv) for qkv in sets]
+        outs = [(o[0], lse[0]) for o, lse in outs]
+        extra = (cu,)
+    mask_mod = mask_mod_of(recipe, doc)
+    block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
+    if recipe == "attn_block_sparse":
+        extra = (block_mask.kv_num_blocks, block_mask.kv_indices,
+                 block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+    boolean = (dense_mask(mask_mod, s) if recipe not in ("attn_causal", "attn_dense")
+               else None)
+    pairs = s * (s + 1) // 2 if recipe == "attn_causal" else (
+        s * s if boolean is None else int(boolean.sum()))
     turn = [0]
 
     def pick() -> int:
         turn[0] = (turn[0] + 1) % ROTATE
         return turn[0]
 
+    def batched(t):  # noqa: ANN001, ANN202
+        return (t[None] if documents else t).transpose(1, 2)
+
     def ours(op):  # noqa: ANN001, ANN202
         def call() -> object:
             i = pick()
-            return op(*sets[i], out=outs[i])[0]
+            o = op(*sets[i], *extra, out=outs[i])[0]
+            return o[None] if documents else o
         return call
 
-    window = None
-    if recipe == "attn_sliding":   # SDPA takes the window as a dense boolean mask
-        q_at = torch.arange(s, device="cuda")
-        window = (q_at[:, None] >= q_at[None, :]) & (q_at[:, None] - q_at[None, :] <= WINDOW)
-
     def sdpa() -> object:
-        q, k, v = (t.transpose(1, 2) for t in sets[pick()])
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=window,
+        q, k, v = (batched(t) for t in sets[pick()])
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=boolean,
                                               is_causal=recipe == "attn_causal").transpose(1, 2)
 
-    mask_mod = MASKS[recipe]
-    block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
     flex_compiled = torch.compile(flex_attention)
 
     def flex() -> object:
-        q, k, v = (t.transpose(1, 2) for t in sets[pick()])
+        q, k, v = (batched(t) for t in sets[pick()])
         return flex_compiled(q, k, v, block_mask=block_mask).transpose(1, 2)
 
     fns = {"linked": ours(ops["linked"]), "mono": ours(ops["mono"]), "sdpa": sdpa,
@@ -104,21 +149,25 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
                    for k, f in fns.items()}
     except ImportError:
         flushed = None
-    return {"events_ms": events, "do_bench_ms": flushed, "max_abs_diff_vs_sdpa": errors}
+    return {"events_ms": events, "do_bench_ms": flushed, "max_abs_diff_vs_sdpa": errors,
+            "pairs": pairs * b}
 
 
 def run(build: Path, rounds: int, out: Path | None) -> None:
     import torch
 
     import pipelink
+    # Each case compiles FlexAttention for its own mask: past dynamo's default of 8
+    # recompiles Flex would fall back to its unfused eager path and be timed as that.
+    torch._dynamo.config.cache_size_limit = 64
     peak, _ = ceilings()
     rows = []
-    for recipe in MASKS:
+    for recipe in RECIPES:
         ops = {"linked": pipelink.load(build / "sm_90a" / recipe),
                "mono": pipelink.load(build / "mono" / recipe)}
         for b, h, s, d in SHAPES:
             r = bench_case(ops, b, h, s, d, recipe, rounds)
-            flops = 4 * b * h * d * pairs_seen(s, recipe)
+            flops = 4 * h * d * r["pairs"]
             r.update(recipe=recipe, B=b, H=h, S=s, D=d, flops=flops,
                      floor_ms=flops / peak / 1e9)
             rows.append(r)
@@ -139,14 +188,17 @@ def report(path: Path) -> None:
     rows = data["rows"]
     lines = [f"## Attention forward ({data['gpu']})", "",
              f"Generated by `python bench/attention.py --report bench/{path.name}`; torch "
-             f"{data['torch']}. recipes/attn_causal.yaml, attn_dense.yaml and "
-             "attn_sliding.yaml (window 1024; one attn_fwd_core object, the mask linked "
-             "in) against SDPA and torch.compile'd FlexAttention (the same mask_mod) on "
-             "the same [B, S, H, D] tensors. Medians in ms (CUDA events, "
-             "interleaved; do_bench with L2 flushed); TFLOP/s of unmasked work; floor: "
+             f"{data['torch']}. recipes/attn_causal, attn_dense, attn_sliding (window "
+             "1024), attn_block_sparse (a strided causal BlockMask) and attn_document "
+             "(packed documents of 256-3072 tokens, causal within each): one "
+             "attn_fwd_core object, the mask, scheduler and block layout linked in; "
+             "against SDPA (a boolean mask where not dense or causal) and "
+             "torch.compile'd FlexAttention (the same mask_mod) on the same tensors. "
+             "Medians in ms (CUDA events, interleaved; do_bench with L2 flushed); "
+             "TFLOP/s of unmasked work; floor: "
              f"that work at the measured bf16 matmul peak ({data['peak_tflops']:.0f} "
              "TFLOP/s).", ""]
-    for recipe in MASKS:
+    for recipe in RECIPES:
         mine = [r for r in rows if r["recipe"] == recipe]
         if mine:
             def ratio(num: str, den: str, rows: list[dict] = mine) -> float:

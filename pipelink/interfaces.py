@@ -55,6 +55,15 @@ INTERFACES: dict[str, Interface] = {i.name: i for i in (
          Function("keep", "bool", ((_I32, "q"), (_I32, "kv")),
                   "whether query q sees key kv"))),
     Interface(
+        "attn_blocks",
+        "which key tile an attention core's loader and core take at each step of a work "
+        "record: contiguous (step k is key tile k) or read from a block-sparse layout "
+        "(FlexAttention's BlockMask)",
+        (Function("kv_tile", "pl::attn::KvTile",
+                  (("const pl::WorkTile&", "tile"), (_I32, "step")),
+                  "the key tile of step `step` (k_begin <= step < k_end) of the record, and "
+                  "whether it is known to be fully visible (no per-element mask)"),)),
+    Interface(
         "attn_score",
         "a modifier of the scaled attention score before softmax (FlexAttention's "
         "score_mod): returns the new score",

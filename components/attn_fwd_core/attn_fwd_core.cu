@@ -80,16 +80,19 @@ __device__ __forceinline__ void issue_scores(float (&s)[kScores], uint32_t q_sta
   pl::wgmma::commit();
 }
 
-// Scales S, applies the score modifier, and masks: per element on a partial tile and
-// past the sequence's last key.
+// Scales S, applies the score modifier, and masks: per element on a tile that reaches
+// past the sequence's last key, or that the blocks function does not call full and
+// the mask calls partial.
 __device__ __forceinline__ void modify_scores(float (&s)[kScores], const pl::KernelInfo& k,
                                               const pl::WorkTile& tile, Fragment f,
-                                              int32_t q_first, int32_t kv_first,
+                                              int32_t q_first, pl::attn::KvTile kv_tile,
                                               int32_t kv_len) {
   const int32_t q_tile = tile.m_block * int32_t(kTileM);
+  const int32_t kv_first = kv_tile.index * int32_t(kTileN);
   const bool partial = kv_first + int32_t(kTileN) > kv_len ||
-                       pl_attn_fwd_core_mask_partial(k, q_tile, q_tile + int32_t(kTileM),
-                                                     kv_first, kv_first + int32_t(kTileN));
+                       (!kv_tile.full &&
+                        pl_attn_fwd_core_mask_partial(k, q_tile, q_tile + int32_t(kTileM),
+                                                      kv_first, kv_first + int32_t(kTileN)));
 #pragma unroll
   for (uint32_t i = 0; i < kScores; ++i) {
     const int32_t q = q_first + f.row0 + 8 * Fragment::row_half(i);
@@ -249,10 +252,11 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
     pl::wgmma::fence_operands(s);
     if (releaser) pl::consumer_release(at.port.k, st.k);
     st.k.advance(at.port.k);
-    modify_scores(s, k, tile, f, q_first, tile.k_begin * int32_t(kTileN), kv_len);
+    modify_scores(s, k, tile, f, q_first,
+                  pl_attn_fwd_core_blocks_kv_tile(k, tile, tile.k_begin), kv_len);
     softmax_tile(s, sm, rescale);
     pack_probabilities(s, p);
-    for (int32_t kv_tile = tile.k_begin + 1; kv_tile < tile.k_end; ++kv_tile) {
+    for (int32_t step = tile.k_begin + 1; step < tile.k_end; ++step) {
       // Tile j's scores and tile j - 1's P V in flight together.
       pl::consumer_wait(at.port.k, st.k);
       pl::consumer_wait(at.port.v, st.v);
@@ -264,7 +268,8 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
       pl::wgmma::fence_operands(s);
       if (releaser) pl::consumer_release(at.port.k, st.k);
       st.k.advance(at.port.k);
-      modify_scores(s, k, tile, f, q_first, kv_tile * int32_t(kTileN), kv_len);
+      modify_scores(s, k, tile, f, q_first, pl_attn_fwd_core_blocks_kv_tile(k, tile, step),
+                    kv_len);
       softmax_tile(s, sm, rescale);
       pl::wgmma::wait<0>();                 // P V is in: O and P are free
       pl::wgmma::fence_operands(o);

@@ -46,10 +46,11 @@ extern "C" __device__ void pl_attn_loader_producer_init(const pl_place_attn_load
   pl::tma::prefetch_descriptor(args.tma_v);
 }
 
-// Producer's perspective, per record: the query tile, then K and V per key tile.
+// Producer's perspective, per record: the query tile, then K and V per step (its key
+// tile from the blocks function).
 extern "C" __device__ void pl_attn_loader_producer(const pl_place_attn_loader& at,
                                                    const pl_args_attn_loader& args,
-                                                   const pl::KernelInfo&,
+                                                   const pl::KernelInfo& k,
                                                    const pl::WorkTile& tile,
                                                    pl_state_attn_loader_producer& st) {
   const int32_t head = tile.n_block;
@@ -58,7 +59,8 @@ extern "C" __device__ void pl_attn_loader_producer(const pl_place_attn_loader& a
     load_tile<kTileM>(stage, args.tma_q, full, head, tile.first_row(kTileM));
   });
   st.q.advance(at.port.q);
-  for (int32_t kv = tile.k_begin; kv < tile.k_end; ++kv) {
+  for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
+    const int32_t kv = pl_attn_loader_blocks_kv_tile(k, tile, step).index;
     const int32_t row = tile.m_offset + kv * int32_t(kTileN);
     pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
       load_tile<kTileN>(stage, args.tma_k, full, kv_head, row);

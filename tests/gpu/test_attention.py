@@ -1,8 +1,9 @@
 """The attention recipes (attn_causal, attn_dense, attn_sliding, attn_document,
-attn_softcap, attn_alibi: one core object, the masks, score modifiers and schedulers
-linked into it) against an fp32 PyTorch reference, per element, on fresh random
-inputs. O and LSE are poisoned with NaN first, so a tile left
-unwritten, a row written for the wrong sequence or head, or one wrong key tile fails."""
+attn_block_sparse, attn_softcap, attn_alibi: one core object, the masks, score
+modifiers, block layouts and schedulers linked into it) against an fp32 PyTorch
+reference, per element, on fresh random inputs. O and LSE are poisoned with NaN first,
+so a tile left unwritten, a row written for the wrong sequence or head, or one wrong
+key tile fails."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ O_ATOL, O_RTOL = 1.5e-2, 2e-2   # P rounded to bf16 before P V, O rounded to bf1
 LSE_ATOL = 2e-3                  # fp32 softmax statistics (MUFU exp2 and log)
 SOFTCAP = 30.0
 ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sliding",
-             "attn_document")
+             "attn_document", "attn_block_sparse")
 
 
 WINDOW = 1024   # attn_sliding: window_mask left 1024, right 0
@@ -128,6 +129,64 @@ def test_documents_attend_within_themselves(build_dir, mode, lengths, h, hkv):
         begin += n
 
 
+def sparse_mask_mod(kind: str):  # noqa: ANN201
+    """A block-sparse causal mask_mod: causal inside each 128 x 128 block, and a block
+    pattern over blocks (per head for 'per_head'; 'holes' leaves query block 1 seeing
+    no key at all)."""
+    def mask_mod(b, h, q, kv):  # noqa: ANN001, ANN202
+        qb, kb = q // 128, kv // 128
+        stride = 2 + h if kind == "per_head" else 3
+        keep = (q >= kv) & (((qb - kb) % stride == 0) | (qb - kb == 1))
+        return keep & (qb != 1) if kind == "holes" else keep
+    return mask_mod
+
+
+SPARSE = [  # B, S, H, HKV, BlockMask kind
+    (1, 1000, 4, 2, "broadcast"),
+    (2, 640, 2, 2, "per_head"),
+    (1, 500, 2, 1, "holes"),
+]
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("b,s,h,hkv,kind", SPARSE)
+def test_block_sparse_reads_flex_block_masks(build_dir, mode, b, s, h, hkv, kind):
+    """attn_block_sparse takes the BlockMask create_block_mask built, as is, and
+    matches the fp32 reference of the same mask_mod and FlexAttention itself. A query
+    row that sees no key (kind 'holes') gets O = 0 and LSE = -inf."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    import pipelink
+    op = pipelink.load(build_dir / mode / "attn_block_sparse")
+    q, k, v = inputs(b, s, h, hkv, 128, seed=s + h)
+    mask_mod = sparse_mask_mod(kind)
+    broadcast = kind != "per_head"
+    bm = create_block_mask(mask_mod, None if broadcast else b, None if broadcast else h, s, s,
+                           device="cuda")
+    o = torch.full((b, s, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+    op(q, k, v, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices,
+       out=(o, lse))
+    at = torch.arange(s, device="cuda")
+    keep = mask_mod(torch.arange(b, device="cuda")[:, None, None, None],
+                    torch.arange(h, device="cuda")[None, :, None, None],
+                    at[None, None, :, None], at[None, None, None, :])
+    groups = h // hkv
+    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
+    kf, vf = kf.repeat_interleave(groups, dim=1), vf.repeat_interleave(groups, dim=1)
+    scores = (qf @ kf.transpose(-1, -2) / math.sqrt(128)).masked_fill(~keep, float("-inf"))
+    want_lse = torch.logsumexp(scores, dim=-1)
+    want_o = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ vf
+    torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
+    torch.testing.assert_close(o.float(), want_o.transpose(1, 2), atol=O_ATOL, rtol=O_RTOL)
+    seen = keep.any(dim=-1)                                   # [b or 1, h or 1, s]
+    assert bool((lse[~seen.expand(b, h, s)] == float("-inf")).all())
+    flex = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                          block_mask=bm, enable_gqa=groups > 1).transpose(1, 2)
+    torch.testing.assert_close(o.float(), flex.float(), atol=O_ATOL, rtol=O_RTOL)
+
+
 def test_the_core_object_is_shared(build_dir):
     """Every attention recipe links one attn_fwd_core object: the masks, the score
     modifiers and the schedulers are other objects, inlined into it by LTO."""
@@ -154,4 +213,19 @@ def test_bad_input_is_refused_before_launch(build_dir):
         op(q, k[:, :128].contiguous(), v)   # K shorter than Q
     with pytest.raises(PipeLinkError):
         op(q, k.float(), v)
+    torch.cuda.synchronize()
+
+
+def test_a_block_mask_of_another_block_size_is_refused(build_dir):
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    import pipelink
+    from pipelink.errors import PipeLinkError
+    op = pipelink.load(build_dir / "sm_90a" / "attn_block_sparse")
+    q, k, v = inputs(1, 512, 2, 2, 128, seed=7)
+    bm = create_block_mask(lambda b, h, q_, kv: q_ >= kv, None, None, 512, 512, device="cuda",
+                           BLOCK_SIZE=64)
+    with pytest.raises(PipeLinkError, match="QB == ceil_div"):
+        op(q, k, v, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices)
     torch.cuda.synchronize()

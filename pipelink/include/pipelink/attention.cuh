@@ -14,6 +14,14 @@ struct Span {
   __device__ bool empty() const { return begin >= end; }
 };
 
+// The key tile a record's step reads, and whether it is known to be fully visible
+// (full != 0: the core skips the per-element mask; 0: the mask decides, per tile and
+// per element).
+struct KvTile {
+  int32_t index;
+  int32_t full;
+};
+
 // The tiles of `tile` positions that cover span `s`.
 __device__ __forceinline__ Span tiles_of(Span s, int32_t tile) {
   if (s.empty()) return Span{0, 0};
