@@ -17,7 +17,7 @@ O_ATOL, O_RTOL = 1.5e-2, 2e-2   # P rounded to bf16 before P V, O rounded to bf1
 LSE_ATOL = 2e-3                  # fp32 softmax statistics (MUFU exp2 and log)
 SOFTCAP = 30.0
 ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sliding",
-             "attn_document", "attn_block_sparse")
+             "attn_document", "attn_block_sparse", "attn_paged")
 
 
 WINDOW = 1024   # attn_sliding: window_mask left 1024, right 0
@@ -185,6 +185,42 @@ def test_block_sparse_reads_flex_block_masks(build_dir, mode, b, s, h, hkv, kind
     flex = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                           block_mask=bm, enable_gqa=groups > 1).transpose(1, 2)
     torch.testing.assert_close(o.float(), flex.float(), atol=O_ATOL, rtol=O_RTOL)
+
+
+def paged(k, page: int, spare: int, seed: int):  # noqa: ANN001, ANN201
+    """K [B, S, HKV, D] scattered into a cache of shuffled pages (vLLM's layout) with
+    `spare` unused blocks, and the block table that finds them again."""
+    import torch
+    b, s, hkv, d = k.shape
+    pages = -(-s // page)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    order = torch.randperm(b * pages + spare, generator=gen)[:b * pages].view(b, pages)
+    cache = torch.randn(b * pages + spare, page, hkv, d, device="cuda").to(k.dtype)
+    padded = torch.zeros(b, pages * page, hkv, d, device="cuda", dtype=k.dtype)
+    padded[:, :s] = k
+    cache[order.flatten().cuda()] = padded.view(b * pages, page, hkv, d)
+    return cache, order.to(torch.int32).cuda()
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("b,s,h,hkv", [(2, 1000, 4, 2), (1, 130, 2, 2), (3, 256, 2, 1)])
+def test_paged_kv_matches_contiguous(build_dir, mode, b, s, h, hkv):
+    """attn_paged: K and V through a shuffled block table give the causal recipe's
+    answer on the contiguous tensors (pages past a sequence's end hold noise)."""
+    import torch
+
+    import pipelink
+    op = pipelink.load(build_dir / mode / "attn_paged")
+    q, k, v = inputs(b, s, h, hkv, 128, seed=s * 3 + h)
+    k_cache, table = paged(k, 64, spare=5, seed=s)
+    v_cache, same = paged(v, 64, spare=5, seed=s)    # the same shuffle
+    assert torch.equal(table, same)
+    o = torch.full((b, s, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+    op(q, k_cache, v_cache, table, out=(o, lse))
+    want_o, want_lse = reference(q, k, v, "attn_causal")
+    torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
+    torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
 
 
 def test_the_core_object_is_shared(build_dir):
