@@ -206,7 +206,7 @@ __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
 #pragma unroll
   for (uint32_t r = 0; r < 2; ++r) {
     const float sum = pl::attn::quad_sum(sm.sum[r]);
-    inverse[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    inverse[r] = sum > 0.0f ? __fdividef(1.0f, sum) : 0.0f;   // MUFU.RCP, no slow path
     const int32_t q = q_first + f.row0 + 8 * int32_t(r);
     if (writer && q < kv_len) {
       const float lse = sum > 0.0f ? sm.max[r] + __logf(sum) : kNegInf;

@@ -8,15 +8,16 @@ constexpr int32_t kTileM = Params::tile_m;
 
 // Scheduler's perspective, one lane, per record.
 extern "C" __device__ pl::WorkTile pl_attn_sparse_scheduler_schedule(
-    const pl_place_attn_sparse_scheduler&, const pl_args_attn_sparse_scheduler& args,
-    const pl::KernelInfo&, uint32_t iteration, pl_state_attn_sparse_scheduler_schedule&) {
+    const pl_place_attn_sparse_scheduler& at, const pl_args_attn_sparse_scheduler& args,
+    const pl::KernelInfo& k, uint32_t iteration, pl_state_attn_sparse_scheduler_schedule&) {
   const uint32_t m_tiles = (args.seq + kTileM - 1) / kTileM;
-  const uint32_t heads = args.batch * args.heads;          // (sequence, head) pairs
-  const uint32_t r = blockIdx.x + iteration * gridDim.x;
-  if (r >= m_tiles * heads) return pl::WorkTile{};
-  const int32_t m_block = int32_t(m_tiles - 1 - r / heads);
-  const uint32_t sequence = r % heads / args.heads;
-  const uint32_t head = r % heads % args.heads;
+  const uint32_t pairs = args.batch * args.heads;          // (sequence, head) pairs
+  const uint32_t r = pl::attn::next_record(at.counter.next_record, k, iteration);
+  if (r >= m_tiles * pairs) return pl::WorkTile{};
+  const pl::attn::TileOrder at_r = pl::attn::lpt_order(r, m_tiles, pairs, args.section);
+  const int32_t m_block = at_r.m_block;
+  const uint32_t sequence = at_r.pair / args.heads;
+  const uint32_t head = at_r.pair % args.heads;
   const uint32_t row = ((sequence % args.mask_batch) * args.mask_heads +
                         head % args.mask_heads) * args.q_blocks + uint32_t(m_block);
   // A row never lists more blocks than its index tensors hold: a corrupt count would

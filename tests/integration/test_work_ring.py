@@ -98,6 +98,18 @@ def test_every_recipe_links_with_folded_placement(out, name, kernel, arch):
 def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
     linked = sass_instructions(gemm["linked"].cubin)
     assert linked == sass_instructions(gemm["mono"].cubin)
+
+
+@pytest.mark.parametrize("name", ["attn_causal", "attn_block_sparse"])
+def test_attention_with_linked_functions_matches_monolithic_sass(out, name):
+    """The mask, score modifier and block layout reach the core through glue-defined
+    forwarders: after LTO nothing of them remains but their inlined code, the same
+    instructions a single translation unit gives; P V reads P from registers."""
+    linked, mono = (sass_instructions(_link(out, name, "sm_90a", mode).cubin)
+                    for mode in ("linked", "mono"))
+    assert linked == mono
+    assert "CALL.REL.NOINC" not in linked and "CALL.ABS.NOINC" not in linked
+    assert any(op.startswith("HGMMA") for op in linked) and linked.count("MUFU.EX2") >= 64
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in linked}
 
 

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "pipelink/types.cuh"
+
 namespace pl::attn {
 
 // A half-open range of positions (or of tiles): [begin, end); empty when begin >= end.
@@ -26,6 +28,39 @@ struct KvTile {
 __device__ __forceinline__ Span tiles_of(Span s, int32_t tile) {
   if (s.empty()) return Span{0, 0};
   return Span{s.begin / tile, (s.end + tile - 1) / tile};
+}
+
+// Where record r of an attention schedule goes (longest-processing-time first, L2
+// aware): the (sequence, head) pairs are cut into sections of `section` pairs whose K
+// and V fit in L2 together; a section's records run query tile by query tile from the
+// last (under a causal mask, the costliest) to the first, its pairs inner. So the CTAs
+// at work at any moment share a few heads' K and V in L2 instead of streaming one
+// head each from HBM.
+struct TileOrder {
+  int32_t m_block;
+  uint32_t pair;      // sequence * heads + head
+};
+
+__device__ __forceinline__ TileOrder lpt_order(uint32_t r, uint32_t m_tiles, uint32_t pairs,
+                                               uint32_t section) {
+  section = max(section, 1u);
+  const uint32_t per_section = m_tiles * section;
+  const uint32_t first_pair = r / per_section * section;
+  const uint32_t pairs_here = min(section, pairs - first_pair);   // the last may be short
+  const uint32_t local = r - first_pair * m_tiles;
+  return TileOrder{int32_t(m_tiles - 1 - local / pairs_here), first_pair + local % pairs_here};
+}
+
+// The record a block takes next: its own block index first, then the next unclaimed
+// one from a global counter (a workspace counter the runtime zeroes before each launch),
+// so a block that drew long tiles simply takes fewer: static striding over tiles of
+// uneven length (causal masks) leaves some blocks working long after the rest.
+__device__ __forceinline__ uint32_t next_record(uint32_t counter_offset,
+                                                const pl::KernelInfo& k, uint32_t iteration) {
+  if (iteration == 0) return blockIdx.x;
+  auto* counter = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(k.workspace) +
+                                              counter_offset);
+  return gridDim.x + atomicAdd(counter, 1u);
 }
 
 constexpr float kLog2e = 1.4426950408889634f;   // softmax runs in base 2: exp(x) = 2^(x log2 e)
