@@ -3,10 +3,11 @@ SDPA (PyTorch's fastest dense/causal path: FlashAttention or cuDNN; for the othe
 masks, the mask as a dense boolean tensor) and torch.compile'd FlexAttention with the
 same mask_mod (and, for attn_block_sparse, the very BlockMask our op reads), side by
 side in one run. attn_document packs the same B S tokens as one sequence of documents
-of 256 to 3072 tokens.
+of 256 to 3072 tokens; attn_paged reads K and V from shuffled 64-token pages, which the
+baselines gather first (timed with them).
 
     python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_block_sparse \
-        attn_document                                            # build machine
+        attn_document attn_paged                                 # build machine
     python bench/attention.py --json bench/attention.json        # GPU machine
     python bench/attention.py --report bench/attention.json      # RESULTS.md section
 
@@ -34,7 +35,9 @@ from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
 ROTATE = 2
 SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128)]   # B, H, S, D
 WINDOW = 1024
-RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document")
+RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document",
+           "attn_paged")
+PAGE = 64   # attn_paged's cache: 64-token pages in shuffled blocks
 
 
 def sparse_blocks(b, h, q, kv):  # noqa: ANN001, ANN201
@@ -51,6 +54,18 @@ def document_lengths(total: int, seed: int) -> list[int]:
     while sum(out) < total:
         out.append(min(rng.randint(256, 3072), total - sum(out)))
     return out
+
+
+def page_cache(t, seed: int):  # noqa: ANN001, ANN201
+    """[B, S, HKV, D] scattered into shuffled 64-token pages, and the block table."""
+    import torch
+    b, s, hkv, d = t.shape
+    pages = -(-s // PAGE)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    table = torch.randperm(b * pages, generator=gen).view(b, pages).cuda()
+    cache = torch.empty(b * pages, PAGE, hkv, d, device="cuda", dtype=t.dtype)
+    cache[table.flatten()] = t.reshape(b * pages, PAGE, hkv, d)
+    return cache, table.to(torch.int32)
 
 
 def mask_mod_of(recipe: str, doc=None):  # noqa: ANN001, ANN201
@@ -95,14 +110,19 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
         sets = [tuple(t[0] for t in qkv) for qkv in sets]
         outs = [(o[0], lse[0]) for o, lse in outs]
         extra = (cu,)
-    mask_mod = mask_mod_of(recipe, doc)
+    mask_mod = mask_mod_of("attn_causal" if recipe == "attn_paged" else recipe, doc)
     block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
     if recipe == "attn_block_sparse":
         extra = (block_mask.kv_num_blocks, block_mask.kv_indices,
                  block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
-    boolean = (dense_mask(mask_mod, s) if recipe not in ("attn_causal", "attn_dense")
-               else None)
-    pairs = s * (s + 1) // 2 if recipe == "attn_causal" else (
+    gathered = recipe == "attn_paged"
+    if gathered:    # the op reads the caches; the baselines gather K and V first
+        caches = [(*page_cache(k, seed=i), page_cache(v, seed=i)[0])
+                  for i, (_, k, v) in enumerate(sets)]
+    boolean = (dense_mask(mask_mod, s)
+               if recipe not in ("attn_causal", "attn_dense", "attn_paged") else None)
+    causal = recipe in ("attn_causal", "attn_paged")
+    pairs = s * (s + 1) // 2 if causal else (
         s * s if boolean is None else int(boolean.sum()))
     turn = [0]
 
@@ -113,22 +133,33 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
     def batched(t):  # noqa: ANN001, ANN202
         return (t[None] if documents else t).transpose(1, 2)
 
+    def operands() -> tuple:
+        """The next input set as the baselines take it (paged: K and V gathered)."""
+        i = pick()
+        if not gathered:
+            return tuple(batched(t) for t in sets[i])
+        k_cache, table, v_cache = caches[i]
+        k, v = (c[table.flatten()].view(b, -1, *c.shape[2:])[:, :s] for c in (k_cache, v_cache))
+        return sets[i][0].transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
     def ours(op):  # noqa: ANN001, ANN202
         def call() -> object:
             i = pick()
-            o = op(*sets[i], *extra, out=outs[i])[0]
+            args = (sets[i][0], caches[i][0], caches[i][2], caches[i][1]) if gathered \
+                else sets[i]
+            o = op(*args, *extra, out=outs[i])[0]
             return o[None] if documents else o
         return call
 
     def sdpa() -> object:
-        q, k, v = (batched(t) for t in sets[pick()])
+        q, k, v = operands()
         return F.scaled_dot_product_attention(q, k, v, attn_mask=boolean,
-                                              is_causal=recipe == "attn_causal").transpose(1, 2)
+                                              is_causal=causal).transpose(1, 2)
 
     flex_compiled = torch.compile(flex_attention)
 
     def flex() -> object:
-        q, k, v = (batched(t) for t in sets[pick()])
+        q, k, v = operands()
         return flex_compiled(q, k, v, block_mask=block_mask).transpose(1, 2)
 
     fns = {"linked": ours(ops["linked"]), "mono": ours(ops["mono"]), "sdpa": sdpa,
