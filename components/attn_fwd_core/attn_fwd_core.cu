@@ -29,6 +29,7 @@ constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));  // softmax
 constexpr float kNegInf = -__builtin_huge_valf();
 constexpr uint32_t kWarpgroups = kTileM / kRows;
 constexpr uint32_t kTurnThreads = 2 * pl::kWarpgroupThreads;   // one waits, one hands over
+constexpr bool kTakeTurns = kWarpgroups > 1 && Params::turns != 0;
 using OperandV = pl::wgmma::Sw128Operand<true, kTileN>;         // V: MN-major, K = keys
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
@@ -176,16 +177,16 @@ struct Turns {
   uint32_t next;
   uint32_t warpgroup;
   __device__ void wait() const {
-    if constexpr (kWarpgroups > 1) pl::named_sync(mine, kTurnThreads);
+    if constexpr (kTakeTurns) pl::named_sync(mine, kTurnThreads);
   }
   __device__ void pass() const {
-    if constexpr (kWarpgroups > 1) pl::named_arrive(next, kTurnThreads);
+    if constexpr (kTakeTurns) pl::named_arrive(next, kTurnThreads);
   }
   __device__ void open_tile() const {   // warpgroup 0 takes the first turn
-    if (kWarpgroups > 1 && warpgroup == kWarpgroups - 1) pl::named_arrive(next, kTurnThreads);
+    if (kTakeTurns && warpgroup == kWarpgroups - 1) pl::named_arrive(next, kTurnThreads);
   }
   __device__ void close_tile() const {
-    if constexpr (kWarpgroups > 1) {
+    if constexpr (kTakeTurns) {
       if (warpgroup == 0) {
         pl::named_sync(mine, kTurnThreads);     // the turn that comes back
         pl::named_arrive(next, kTurnThreads);   // warpgroup 1 may leave the tile

@@ -24,17 +24,6 @@ static_assert(kTileM % 64 == 0 && kTileN % 64 == 0,
               "cores split tiles in 64-row warpgroup slices: make tile_m, tile_n multiples "
               "of 64");
 
-// One tile of `kRows` rows of `head` from `row`: its boxes side by side.
-template <uint32_t kRows>
-__device__ __forceinline__ void load_tile(uint32_t stage, const pl::TensorMap* map,
-                                          uint32_t full, int32_t head, int32_t row) {
-#pragma unroll
-  for (uint32_t b = 0; b < kBoxes; ++b) {
-    pl::tma::load_3d(stage + b * kRows * kSwizzleBytes, map, full,
-                     int32_t(b * kBoxColumns), head, row);
-  }
-}
-
 // Producer's perspective, once: pull the three descriptors into the cache early.
 extern "C" __device__ void pl_attn_loader_producer_init(const pl_place_attn_loader&,
                                                         const pl_args_attn_loader& args,
@@ -56,17 +45,18 @@ extern "C" __device__ void pl_attn_loader_producer(const pl_place_attn_loader& a
   const int32_t head = tile.n_block;
   const int32_t kv_head = head / int32_t(args.kv_group);
   pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
-    load_tile<kTileM>(stage, args.tma_q, full, head, tile.first_row(kTileM));
+    pl::attn::load_head_tile<kTileM, kBoxes>(stage, args.tma_q, full, head,
+                                              tile.first_row(kTileM));
   });
   st.q.advance(at.port.q);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
     const int32_t kv = pl_attn_loader_blocks_kv_tile(k, tile, step).index;
     const int32_t row = tile.m_offset + kv * int32_t(kTileN);
     pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
-      load_tile<kTileN>(stage, args.tma_k, full, kv_head, row);
+      pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_k, full, kv_head, row);
     });
     pl::producer_fill(at.port.v, st.v, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
-      load_tile<kTileN>(stage, args.tma_v, full, kv_head, row);
+      pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_v, full, kv_head, row);
     });
     st.k.advance(at.port.k);
     st.v.advance(at.port.v);

@@ -23,16 +23,6 @@ static_assert(kTileN % kPage == 0 && kPage % kSwizzleRows == 0 && kPage <= 256,
               "a key tile is whole pages of whole 8-row swizzle atoms: page divides tile_n, "
               "is a multiple of 8 and at most 256");
 
-// The query tile: its 64-column boxes side by side (as attn_loader).
-__device__ __forceinline__ void load_queries(uint32_t stage, const pl::TensorMap* map,
-                                             uint32_t full, int32_t head, int32_t row) {
-#pragma unroll
-  for (uint32_t b = 0; b < kBoxes; ++b) {
-    pl::tma::load_3d(stage + b * kTileM * kSwizzleBytes, map, full,
-                     int32_t(b * kBoxColumns), head, row);
-  }
-}
-
 // Key tile `kv` of sequence `sequence` from a paged cache: each page's rows where a
 // contiguous load would put them. A page past the sequence's table loads the table's
 // last page instead (the core masks keys past the sequence), so every stage lands the
@@ -73,7 +63,8 @@ extern "C" __device__ void pl_attn_paged_loader_producer(const pl_place_attn_pag
   const int32_t head = tile.n_block;
   const int32_t kv_head = head / int32_t(args.kv_group);
   pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
-    load_queries(stage, args.tma_q, full, head, tile.first_row(kTileM));
+    pl::attn::load_head_tile<kTileM, kBoxes>(stage, args.tma_q, full, head,
+                                              tile.first_row(kTileM));
   });
   st.q.advance(at.port.q);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {

@@ -14,21 +14,17 @@ constexpr int32_t kTileN = Params::tile_n;
 extern "C" __device__ pl::WorkTile pl_attn_scheduler_schedule(
     const pl_place_attn_scheduler& at, const pl_args_attn_scheduler& args,
     const pl::KernelInfo& k, uint32_t iteration, pl_state_attn_scheduler_schedule&) {
-  const uint32_t m_tiles = (args.seq + kTileM - 1) / kTileM;
-  const uint32_t pairs = args.batch * args.heads;          // (sequence, head) pairs
   const uint32_t r = pl::attn::next_record(at.counter.next_record, k, iteration);
-  if (r >= m_tiles * pairs) return pl::WorkTile{};
-  const pl::attn::TileOrder at_r = pl::attn::lpt_order(r, m_tiles, pairs, args.section);
-  const int32_t m_block = at_r.m_block;
-  const int32_t sequence = int32_t(at_r.pair / args.heads);
-  const int32_t head = int32_t(at_r.pair % args.heads);
+  const pl::attn::DenseTile t = pl::attn::dense_tile(r, args.seq, kTileM, args.batch,
+                                                     args.heads, args.section);
+  if (!t.valid) return pl::WorkTile{};
   const int32_t seq = int32_t(args.seq);
-  const int32_t q_begin = m_block * kTileM;
+  const int32_t q_begin = t.m_block * kTileM;
   const pl::attn::Span keys = pl_attn_scheduler_mask_kv_range(k, q_begin,
                                                              min(q_begin + kTileM, seq), seq);
   const pl::attn::Span kv_tiles = pl::attn::tiles_of(
       pl::attn::Span{max(keys.begin, 0), min(keys.end, seq)}, kTileN);
-  const int32_t first_row = sequence * seq;
-  return pl::WorkTile{m_block, head, sequence, kv_tiles.begin, kv_tiles.end, 1, first_row,
-                      first_row + seq};
+  const int32_t first_row = t.sequence * seq;
+  return pl::WorkTile{t.m_block, t.head, t.sequence, kv_tiles.begin, kv_tiles.end, 1,
+                      first_row, first_row + seq};
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "pipelink/tma.cuh"
 #include "pipelink/types.cuh"
 
 namespace pl::attn {
@@ -49,6 +50,40 @@ __device__ __forceinline__ TileOrder lpt_order(uint32_t r, uint32_t m_tiles, uin
   const uint32_t pairs_here = min(section, pairs - first_pair);   // the last may be short
   const uint32_t local = r - first_pair * m_tiles;
   return TileOrder{int32_t(m_tiles - 1 - local / pairs_here), first_pair + local % pairs_here};
+}
+
+// Record r of a schedule over B sequences of `seq` tokens and `heads` heads, in
+// lpt_order: its query tile and (sequence, head); valid is false past the last record.
+struct DenseTile {
+  int32_t m_block;
+  int32_t sequence;
+  int32_t head;
+  bool valid;
+};
+
+__device__ __forceinline__ DenseTile dense_tile(uint32_t r, uint32_t seq, uint32_t tile_m,
+                                                uint32_t batch, uint32_t heads,
+                                                uint32_t section) {
+  const uint32_t m_tiles = (seq + tile_m - 1) / tile_m;
+  const uint32_t pairs = batch * heads;                   // (sequence, head) pairs
+  if (r >= m_tiles * pairs) return DenseTile{0, 0, 0, false};
+  const TileOrder at = lpt_order(r, m_tiles, pairs, section);
+  return DenseTile{at.m_block, int32_t(at.pair / heads), int32_t(at.pair % heads), true};
+}
+
+// A tile of kRows rows of `head` from `row` of a [rows, heads, head_dim] bf16 tensor,
+// loaded by TMA as kBoxes boxes of 64 columns side by side (each kRows x 128 bytes,
+// 128-byte swizzled): K-major for QK^T, MN-major (N = head_dim) for P V.
+template <uint32_t kRows, uint32_t kBoxes>
+__device__ __forceinline__ void load_head_tile(uint32_t stage, const void* map, uint32_t full,
+                                               int32_t head, int32_t row) {
+  constexpr uint32_t kBoxBytesPerRow = 128;
+  constexpr int32_t kBoxColumns = 64;
+#pragma unroll
+  for (uint32_t b = 0; b < kBoxes; ++b) {
+    tma::load_3d(stage + b * kRows * kBoxBytesPerRow, map, full, int32_t(b) * kBoxColumns,
+                 head, row);
+  }
 }
 
 // The record a block takes next: its own block index first, then the next unclaimed
