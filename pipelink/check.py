@@ -789,6 +789,14 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
             continue
         names_known(left, key)
         names_known(right, key)
+    for name, rules in launch.get("contents", {}).items():
+        if name not in launch.get("inputs", {}):
+            problems.add(f"launch.contents.{name}", f"'{name}' is not an input of the launch",
+                         "name an index tensor under launch.inputs")
+            continue
+        for key in ("first", "last", "min", "max"):
+            if key in rules:
+                names_known(rules[key], f"launch.contents.{name}.{key}")
     if not launch.get("persistent"):
         for i, dim in enumerate(launch.get("grid", [])):
             names_known(dim, f"launch.grid[{i}]")

@@ -222,6 +222,15 @@ LAUNCH = _obj(description="how the host launches the kernel", props={
                 "description": "conditions on sizes every call must meet, each one "
                                "comparison ('E <= 64', 'D % 8 == 0'): a call that breaks "
                                "one is refused before launch, naming it"},
+    "contents": _map(_obj({
+        "ordered": {"type": "boolean", "description": "entries never decrease"},
+        "first": {**EXPR, "description": "the first entry equals this size expression"},
+        "last": {**EXPR, "description": "the last entry equals this size expression"},
+        "min": {**EXPR, "description": "every entry is at least this"},
+        "max": {**EXPR, "description": "every entry is at most this"},
+    }, []), "rules on the values of index inputs (offsets, page tables), name -> rules: "
+            "checked on the device before every launch (one synchronisation), a call that "
+            "breaks one refused naming the entry"),
     "workspace": {"type": "string", "description": "reserved"},
 })
 

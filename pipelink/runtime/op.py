@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RuntimeLaunchError
-from . import torch_ops
+from . import contents, torch_ops
 from .driver import max_active_clusters, sm_count
 from .kernel import DEFAULT_PTR_ALIGN, Launch, LinkedKernel
-from .spec import LaunchSpec
+from .spec import LaunchSpec, evaluate
 from .tensors import (
     TMA_ALIGN,
     TensorInfo,
@@ -67,6 +67,7 @@ class Plan:
     # Every output has zero elements: the kernel would write nothing, so no launch is
     # made (nor tensor maps, which cannot describe an empty tensor).
     noop: bool = False
+    sizes: dict[str, Any] = field(default_factory=dict)   # for launch.contents' bounds
 
 
 class Op:
@@ -121,6 +122,9 @@ class Op:
         self._out_names = tuple(o.name for o in self.spec.outputs)
         self._inplace = any(o.inplace for o in self.spec.outputs)
         self._defaults = self.spec.scalar_values({})
+        # launch.contents are checked on every call unless the caller vouches for its
+        # index tensors (pipelink/runtime/contents.py)
+        self.check_contents = True
         self.torch_op = torch_ops.register(self)
 
     @property
@@ -193,6 +197,8 @@ class Op:
         for i, i_bytes, j, j_bytes in plan.disjoint:
             if spans_overlap(ptrs[i], i_bytes, ptrs[j], j_bytes):
                 return None
+        if self.spec.contents and self.check_contents:
+            self._check_contents(plan, inputs)
         device = self._device
         outs = list(given) or [self._empty(shape, dtype=dtype, device=device)
                                for _, shape, dtype in plan.alloc]
@@ -237,6 +243,8 @@ class Op:
         given = self._named_outputs(out)
         plan = self._plan(tensors, given, values)
         self._check_addresses(plan, tensors, given)
+        if self.spec.contents and self.check_contents:
+            self._check_contents(plan, tuple(tensors.values()))
         if stream is None:      # the common case, without a context manager's cost
             import torch
             outputs = self._launch_checked(plan, tensors, given,
@@ -396,7 +404,12 @@ class Op:
                     tuple(alloc), tuple(aligns), tuple((position[n], a) for n, a in aligns),
                     spans, tuple((position[o], spans[o], position[other], spans[other])
                                  for o, other in self._must_not_overlap(given)),
-                    noop=all(0 in shapes[o.name] for o in self.spec.outputs))
+                    noop=all(0 in shapes[o.name] for o in self.spec.outputs), sizes=sizes)
+
+    def _check_contents(self, plan: Plan, inputs: tuple[Any, ...]) -> None:
+        """launch.contents on this call's index tensors (one synchronisation)."""
+        contents.check(self.spec.contents, dict(zip(self.spec.input_names, inputs, strict=True)),
+                       plan.sizes, evaluate)
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
         if not info.on_gpu:

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import expr
 from ..errors import PipeLinkError, RuntimeLaunchError
+from .contents import ContentRule
 from .tensors import torch_name
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
@@ -47,6 +48,8 @@ class LaunchSpec:
     require: tuple[str, ...] = ()               # conditions on sizes, checked per call
     # keyword integer arguments of the op (name, default), in name order: sizes too
     scalar_inputs: tuple[tuple[str, int], ...] = ()
+    # rules on the values of index tensors, checked on the device per call
+    contents: tuple[ContentRule, ...] = ()
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any]) -> LaunchSpec:
@@ -68,7 +71,9 @@ class LaunchSpec:
                    {k: tuple(v) for k, v in fields_of.items()},
                    tuple((list(meta.get("cluster") or [1, 1, 1]) + [1, 1])[:3]),
                    tuple(launch.get("require", [])),
-                   tuple(sorted((n, int(v)) for n, v in (launch.get("scalars") or {}).items())))
+                   tuple(sorted((n, int(v)) for n, v in (launch.get("scalars") or {}).items())),
+                   tuple(ContentRule.from_spec(n, r)
+                         for n, r in sorted((launch.get("contents") or {}).items())))
 
     @property
     def input_names(self) -> tuple[str, ...]:

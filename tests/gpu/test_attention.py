@@ -252,6 +252,32 @@ def test_bad_input_is_refused_before_launch(build_dir):
     torch.cuda.synchronize()
 
 
+def test_bad_offsets_and_pages_are_refused_before_launch(build_dir):
+    """launch.contents: cu_seqlens that run backwards or leave rows out, and a page
+    table pointing past the cache, are refused naming the entry; nothing is written."""
+    import torch
+
+    import pipelink
+    from pipelink.errors import PipeLinkError
+    docs = pipelink.load(build_dir / "sm_90a" / "attn_document")
+    q, k, v = (t[0] for t in inputs(1, 600, 2, 2, 128, seed=11))
+    o = torch.full((600, 2, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    for offsets, needle in (([0, 400, 300, 600], "entry 2 is 300 after 400"),
+                            ([0, 300, 599], "last entry must be 600")):
+        cu = torch.tensor(offsets, device="cuda", dtype=torch.int32)
+        with pytest.raises(PipeLinkError, match=needle):
+            docs(q, k, v, cu, out=(o, torch.empty(2, 600, device="cuda")))
+    assert bool(o.isnan().all())                      # refused before launch
+    pages = pipelink.load(build_dir / "sm_90a" / "attn_paged")
+    q, k, v = inputs(1, 256, 2, 2, 128, seed=12)
+    k_cache, table = paged(k, 64, spare=1, seed=3)
+    v_cache, _ = paged(v, 64, spare=1, seed=3)
+    table[0, 2] = k_cache.shape[0]                    # one block past the cache
+    with pytest.raises(PipeLinkError, match=r"entry 2 is 5, outside \[0, 4\]"):
+        pages(q, k_cache, v_cache, table)
+    torch.cuda.synchronize()
+
+
 def test_a_block_mask_of_another_block_size_is_refused(build_dir):
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
