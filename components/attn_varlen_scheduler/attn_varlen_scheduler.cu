@@ -1,7 +1,8 @@
 // attn_varlen_scheduler: persistent grid over the (sequence, query tile, head) work of
 // a varlen attention forward. Record numbers run sequence by sequence; a block's
-// numbers only grow (r = b, b + grid, ...), so its cursor (the sequence holding its
-// last record, where that sequence's records start, and its rows) only moves forward.
+// numbers only grow (its own block index, then ever larger draws from a global
+// counter), so its cursor (the sequence holding its last record, where that
+// sequence's records start, and its rows) only moves forward.
 #include "pl_attn_varlen_scheduler.h"
 #include "pipelink/smem.cuh"
 
@@ -39,7 +40,7 @@ extern "C" __device__ pl::WorkTile pl_attn_varlen_scheduler_schedule(
     const int32_t begin = args.batch > 0 ? clamped_offset(args, 0, 0) : 0;
     c = Cursor{0, 0, begin, args.batch > 0 ? clamped_offset(args, 1, begin) : begin};
   }
-  const uint32_t r = blockIdx.x + iteration * gridDim.x;
+  const uint32_t r = pl::attn::next_record(at.counter.next_record, k, iteration);
   while (c.sequence < args.batch && r >= c.first_record + records_of(c, args.heads)) {
     c.first_record += records_of(c, args.heads);
     c.row_begin = c.row_end;
