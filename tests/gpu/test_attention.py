@@ -278,6 +278,20 @@ def test_bad_offsets_and_pages_are_refused_before_launch(build_dir):
     torch.cuda.synchronize()
 
 
+def test_backward_through_the_forward_only_op_is_an_error(build_dir):
+    """The attention recipes have no backward kernel yet: backpropagating through one
+    must fail loudly, never leave q.grad silently empty."""
+
+    import pipelink
+    op = pipelink.load(build_dir / "sm_90a" / "attn_causal")
+    q, k, v = inputs(1, 128, 2, 2, 128, seed=13)
+    q.requires_grad_(True)
+    o, _ = op(q, k, v)
+    with pytest.raises(RuntimeError):
+        o.float().sum().backward()
+    assert q.grad is None
+
+
 def test_a_block_mask_of_another_block_size_is_refused(build_dir):
     import torch
     from torch.nn.attention.flex_attention import create_block_mask

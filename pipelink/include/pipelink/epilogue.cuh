@@ -271,6 +271,17 @@ struct StagedStore {
     }
   }
 
+  // finish() for a 4-D map: the buffer is the box at {c0, c1, c2, c3}.
+  __device__ __forceinline__ void finish_4d(const void* map, uint32_t buffer, int32_t c0,
+                                            int32_t c1, int32_t c2, int32_t c3) const {
+    fence_proxy_async_smem();
+    named_sync(barrier, threads);
+    if (issuer) {
+      tma::store_4d(map, buffer, c0, c1, c2, c3);
+      tma::store_commit();
+    }
+  }
+
   // Once, after the last tile: the stores are complete before the block may exit.
   __device__ __forceinline__ void drain() const {
     if (issuer) tma::store_wait<0>();

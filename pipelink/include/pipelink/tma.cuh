@@ -74,6 +74,16 @@ __device__ __forceinline__ void store_2d(const void* map, uint32_t src_offset,
                :: "l"(map), "r"(smem_addr(src_offset)), "r"(c0), "r"(c1) : "memory");
 }
 
+// 4-D tile store from shared memory ({c0, c1, c2, c3} innermost first); out-of-bounds
+// elements are clipped.
+__device__ __forceinline__ void store_4d(const void* map, uint32_t src_offset, int32_t c0,
+                                         int32_t c1, int32_t c2, int32_t c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+      :: "l"(map), "r"(smem_addr(src_offset)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
 __device__ __forceinline__ void store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
