@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 NAMESPACE = "pipelink"
 _LIBRARIES: dict[str, Any] = {}     # op name -> torch.library.Library that defines it
 _OPS: dict[str, Op] = {}            # op name -> the loaded Op its CUDA kernel runs
+_REFUSING: set[str] = set()         # forward-only ops whose backward raises
 STREAM_WORKSPACES = 64              # eager workspaces kept, one per (device, stream)
 _STREAM_WORKSPACES: dict[tuple[int, int], Any] = {}
 
@@ -139,6 +140,27 @@ def register(op: Op) -> Any:
                                     lib=lib)
         _LIBRARIES[name] = lib
     return getattr(getattr(torch.ops, NAMESPACE), name).default
+
+
+def refuse_backward(op: Op) -> None:
+    """Makes backpropagation through a forward-only op an error naming it. Without an
+    autograd formula, PyTorch would hand back no gradient for its inputs and warn at
+    most: a model would train with q.grad silently None."""
+    import torch
+    name = op_name(op.kernel.meta)
+    lib = _LIBRARIES.get(name)
+    if lib is None or name in _REFUSING:
+        return
+
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        raise RuntimeLaunchError(
+            f"{op.name} has no backward kernel: it was loaded as a forward-only op, and "
+            "gradients cannot flow through it", where=str(op.kernel.folder),
+            hint="call it under torch.no_grad() or on detached inputs, or build a recipe "
+                 "with an autograd: section (kernels for the gradients)")
+
+    torch.library.register_autograd(f"{NAMESPACE}::{name}", backward, lib=lib)
+    _REFUSING.add(name)
 
 
 def library(name: str) -> Any:

@@ -181,3 +181,21 @@ def test_autograd_with_scalars(s):
     y = ks(x, w) if s is None else ks(x, w, s=s)
     y.sum().backward()
     assert x.grad.shape == x.shape
+
+
+def test_a_forward_only_op_refuses_backward():
+    """pipelink.load gives a single-kernel op a backward that raises: without one,
+    PyTorch would leave the inputs' gradients None and training would go on."""
+    from pipelink.errors import PipeLinkError
+    from pipelink.runtime.torch_ops import refuse_backward
+    meta = copy.deepcopy(META)
+    meta["cubin_sha256"] = "cd" * 32            # an op of its own
+    op = Op.from_meta(meta, num_sms=132)
+    refuse_backward(op)
+    refuse_backward(op)                          # once is enough; twice is harmless
+    x = torch.empty(256, 512, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")
+    y = op(x, w)
+    assert y.requires_grad
+    with pytest.raises(PipeLinkError, match="has no backward kernel"):
+        y.float().sum().backward()
