@@ -42,10 +42,12 @@ def test_the_causal_recipe_pairs_each_caller_with_its_provider():
     recipe, bound = bound_for(ROOT / "recipes" / "attn_causal.yaml")
     kernel = check(recipe, "sm_90a", bound)
     pairs = sorted((str(t.src), str(t.dst)) for t in kernel.transfers if t.kind == "function")
-    assert pairs == [("mask.mask", "core.mask"), ("mask.mask", "sched.mask"),
+    assert pairs == [("blocks.blocks", "core.blocks"), ("blocks.blocks", "load.blocks"),
+                     ("mask.mask", "core.mask"), ("mask.mask", "sched.mask"),
                      ("score.score", "core.score")]
     # The function components run in no warps: no lane holds them.
-    assert not any(inst in ("mask", "score") for lane in kernel.lanes for inst, _ in lane.members)
+    assert not any(inst in ("mask", "score", "blocks")
+                   for lane in kernel.lanes for inst, _ in lane.members)
 
 
 def test_glue_forwards_each_caller_symbol_to_the_provider():
