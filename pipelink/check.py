@@ -329,12 +329,12 @@ def _check_function_callers(bound: dict[str, BoundContract], transfers: list[Tra
     """A caller's function symbols are named by its component and params: two instances
     of one object share them, so they must share the provider too (the glue defines
     each symbol once)."""
-    provider: dict[str, Transfer] = {}
+    provider: dict[tuple[str, str, str], Transfer] = {}
     for t in transfers:
         if t.kind != "function":
             continue
-        symbol = bound[t.dst.instance].symbol(f"{bound[t.dst.instance].name}.{t.dst.port}")
-        first = provider.setdefault(symbol, t)
+        caller = bound[t.dst.instance]
+        first = provider.setdefault((caller.name, caller.params_hash(), t.dst.port), t)
         if first.src.instance != t.src.instance:
             problems.add(f"connect[{t.index}]",
                          f"'{t.dst}' and '{first.dst}' are instances of one object "

@@ -35,6 +35,7 @@ from .check import (
 from .compile import INCLUDE_DIR
 from .contract import RING_PORTS, BoundContract
 from .errors import GlueError
+from .interfaces import INTERFACES, caller_symbol
 from .problem import THREADS_PER_WARP, TMEM_MIN_COLUMNS, WARPGROUP_WARPS, Placement
 from .work import PER_TILE_WORK, RECORD_BYTES
 
@@ -375,35 +376,36 @@ class _Glue:
     def function_forwarders(self) -> None:
         """Defines each caller's function symbols as calls of the connected provider's
         (its placement and runtime arguments added), so LTO inlines the provider into the
-        caller. A provider's arguments are read from the kernel's parameter block."""
+        caller. A provider's arguments are read from the kernel's parameter block. Two
+        instances of one caller object share their symbols (the checker gave them one
+        provider): each symbol is defined once."""
         w = self.w
-        done = set()
+        defined = set()
         for t in self.k.transfers:
             if t.kind != "function":
                 continue
             caller, provider = self.k.bound[t.dst.instance], self.k.bound[t.src.instance]
-            names = header.type_names(provider)
-            for key, name in caller.functions("in").items():
-                port, fn = key.split(".")
-                if port != t.dst.port or caller.symbol(name) in done:
+            args_type = self.ns(provider) + header.type_names(provider)["args"]
+            interface = caller.contract.ports[t.dst.port].spec["interface"]
+            for f in INTERFACES[interface].functions:
+                symbol = caller.symbol(caller_symbol(caller.name, t.dst.port, f.name))
+                if symbol in defined:
                     continue
-                done.add(caller.symbol(name))
-                f = header.function_of(caller.contract, port, fn)
-                target = provider.functions("out")[f"{t.src.port}.{fn}"]
-                w(f"// {t.dst} -> {t.src}: function '{fn}'.")
-                w.open(f'extern "C" __device__ {f.returns} {caller.symbol(name)}('
+                defined.add(symbol)
+                target = provider.symbol(caller_symbol(provider.name, t.src.port, f.name))
+                w(f"// {t.dst} -> {t.src}: function '{f.name}'.")
+                w.open(f'extern "C" __device__ {f.returns} {symbol}('
                        f"const pl::KernelInfo& k, {f.signature()})")
+                init = "{}"
                 if provider.contract.data.get("args"):
                     w(f"const pl_params_{self.k.recipe.name}& p = "
                       f"*static_cast<const pl_params_{self.k.recipe.name}*>(k.params);")
                     init = self.args_init(t.src.instance, provider)
-                else:
-                    init = "{}"
-                w(f"const {self.ns(provider)}{names['args']} args = {init};")
-                w(f"return {self.ns(provider)}{provider.symbol(target)}("
-                  f"{self.at(t.src.instance)}, args, k, {f.arguments()});")
+                w(f"const {args_type} args = {init};")
+                w(f"return {self.ns(provider)}{target}({self.at(t.src.instance)}, args, k, "
+                  f"{f.arguments()});")
                 w.close()
-        if done:
+        if defined:
             w()
 
     # -- the converter ------------------------------------------------------------------

@@ -21,6 +21,7 @@ constexpr uint32_t kScores = kRows * kTileN / pl::kWarpgroupThreads;   // S floa
 constexpr uint32_t kOutputs = kRows * kHeadDim / pl::kWarpgroupThreads;
 constexpr uint32_t kQKSteps = kHeadDim / pl::wgmma::kK;          // wgmma per S
 constexpr uint32_t kPVSteps = kTileN / pl::wgmma::kK;            // wgmma per P V
+constexpr uint32_t kScoresPerStep = kScores / kPVSteps;          // S floats per P V step
 constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);  // 64
 constexpr uint32_t kStepsPerBox = kBoxColumns / pl::wgmma::kK;  // K steps in one swizzled row
 constexpr uint32_t kKStepBytes = pl::wgmma::kK * sizeof(Element);
@@ -48,18 +49,30 @@ __device__ __forceinline__ uint64_t kmajor_desc(uint32_t stage, uint32_t rows,
       (s % kStepsPerBox) * kKStepBytes);
 }
 
-// Where this thread's accumulator elements sit in a 64-row warpgroup slice: element i
-// is at row row0 + 8 ((i / 2) % 2), column col0 + 8 (i / 4) + i % 2.
+// Where this thread's accumulator elements sit in a 64-row warpgroup slice (the layout
+// pipelink/epilogue.cuh names wgmma_f32_m64nN_wg_rows): a quad of threads holds one row
+// pair, each thread two adjacent columns of every 8-column block; element i is at row
+// row0 + kHalfRows ((i / 2) % 2), column col0 + kBlockCols (i / kFloatsPerBlock) + i % 2.
+constexpr uint32_t kThreadsPerRow = 4;       // a quad
+constexpr uint32_t kColumnsPerThread = 2;    // per 8-column block
 struct Fragment {
   int32_t row0;
   int32_t col0;
-  __device__ static int32_t row_half(uint32_t i) { return int32_t((i / 2) % 2); }
-  __device__ static int32_t column(uint32_t i) { return int32_t(8 * (i / 4) + i % 2); }
+  __device__ static int32_t row_half(uint32_t i) {
+    return int32_t((i / kColumnsPerThread) % 2);
+  }
+  __device__ static int32_t column(uint32_t i) {
+    return int32_t(pl::epi::kBlockCols * (i / pl::epi::kFloatsPerBlock) + i % kColumnsPerThread);
+  }
+  __device__ int32_t row(uint32_t half) const {
+    return row0 + int32_t(pl::epi::kHalfRows * half);
+  }
 };
 
 __device__ __forceinline__ Fragment fragment_of(uint32_t thread) {
-  const uint32_t lane = thread % 32;
-  return Fragment{int32_t(16 * (thread / 32) + lane / 4), int32_t(2 * (lane % 4))};
+  const uint32_t lane = thread % pl::kWarpThreads;
+  return Fragment{int32_t(pl::epi::warp_row(thread) + lane / kThreadsPerRow),
+                  int32_t(kColumnsPerThread * (lane % kThreadsPerRow))};
 }
 
 // The running softmax state of this thread's two rows.
@@ -96,7 +109,7 @@ __device__ __forceinline__ void modify_scores(float (&s)[kScores], const pl::Ker
                                                       kv_first, kv_first + int32_t(kTileN)));
 #pragma unroll
   for (uint32_t i = 0; i < kScores; ++i) {
-    const int32_t q = q_first + f.row0 + 8 * Fragment::row_half(i);
+    const int32_t q = q_first + f.row(Fragment::row_half(i));
     const int32_t kv = kv_first + f.col0 + Fragment::column(i);
     s[i] = pl_attn_fwd_core_score_score(k, s[i] * kScale, tile.group, tile.n_block, q, kv);
     if (partial && (kv >= kv_len || !pl_attn_fwd_core_mask_keep(k, q, kv))) s[i] = kNegInf;
@@ -145,7 +158,8 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kScores],
   for (uint32_t j = 0; j < kPVSteps; ++j) {
 #pragma unroll
     for (uint32_t r = 0; r < 4; ++r) {
-      a[j][r] = pl::epi::pack_bf16x2(p[8 * j + 2 * r], p[8 * j + 2 * r + 1]);
+      const uint32_t pair = kScoresPerStep * j + kColumnsPerThread * r;
+      a[j][r] = pl::epi::pack_bf16x2(p[pair], p[pair + 1]);
     }
   }
 }
@@ -208,7 +222,7 @@ __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
   for (uint32_t r = 0; r < 2; ++r) {
     const float sum = pl::attn::quad_sum(sm.sum[r]);
     inverse[r] = sum > 0.0f ? __fdividef(1.0f, sum) : 0.0f;   // MUFU.RCP, no slow path
-    const int32_t q = q_first + f.row0 + 8 * int32_t(r);
+    const int32_t q = q_first + f.row(r);
     if (writer && q < kv_len) {
       const float lse = sum > 0.0f ? sm.max[r] + __logf(sum) : kNegInf;
       args.lse[size_t(tile.m_offset) * args.lse_rows + size_t(tile.n_block) * args.lse_heads +
