@@ -48,6 +48,11 @@ INTERFACES: dict[str, Interface] = {i.name: i for i in (
                   ((_I32, "q_begin"), (_I32, "q_end"), (_I32, "kv_len")),
                   "the key positions [begin, end) that some query of [q_begin, q_end) "
                   "may see, within [0, kv_len); begin >= end: none"),
+         Function("q_range", "pl::attn::Span",
+                  ((_I32, "kv_begin"), (_I32, "kv_end"), (_I32, "q_len")),
+                  "the query positions [begin, end) within [0, q_len) that may see some key "
+                  "of [kv_begin, kv_end) (a backward walks a key tile's queries); begin >= "
+                  "end: none"),
          Function("partial", "bool",
                   ((_I32, "q_begin"), (_I32, "q_end"), (_I32, "kv_begin"), (_I32, "kv_end")),
                   "whether the block of queries [q_begin, q_end) by keys [kv_begin, "

@@ -21,10 +21,6 @@ constexpr uint32_t kScores = kRows * kTileN / pl::kWarpgroupThreads;   // S floa
 constexpr uint32_t kOutputs = kRows * kHeadDim / pl::kWarpgroupThreads;
 constexpr uint32_t kQKSteps = kHeadDim / pl::wgmma::kK;          // wgmma per S
 constexpr uint32_t kPVSteps = kTileN / pl::wgmma::kK;            // wgmma per P V
-constexpr uint32_t kScoresPerStep = kScores / kPVSteps;          // S floats per P V step
-constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);  // 64
-constexpr uint32_t kStepsPerBox = kBoxColumns / pl::wgmma::kK;  // K steps in one swizzled row
-constexpr uint32_t kKStepBytes = pl::wgmma::kK * sizeof(Element);
 constexpr uint32_t kAccumulate = 1;
 constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));  // softmax scale
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -39,41 +35,7 @@ static_assert(kTileM == kRows || kTileM == 2 * kRows,
 static_assert(kTileN == 64 || kTileN == 128, "S is one m64nN wgmma: tile_n = 64 or 128");
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
 
-// A K-major operand of `rows` rows stored as 64-column boxes side by side: the
-// descriptor of K step `s` for the 64 rows from `first_row`.
-__device__ __forceinline__ uint64_t kmajor_desc(uint32_t stage, uint32_t rows,
-                                                uint32_t first_row, uint32_t s) {
-  const uint32_t box = stage + (s / kStepsPerBox) * rows * pl::wgmma::kSwizzleBytes;
-  return pl::wgmma::desc_advance(
-      pl::wgmma::desc_sw128_kmajor(box + first_row * pl::wgmma::kSwizzleBytes),
-      (s % kStepsPerBox) * kKStepBytes);
-}
-
-// Where this thread's accumulator elements sit in a 64-row warpgroup slice (the layout
-// pipelink/epilogue.cuh names wgmma_f32_m64nN_wg_rows): a quad of threads holds one row
-// pair, each thread two adjacent columns of every 8-column block; element i is at row
-// row0 + kHalfRows ((i / 2) % 2), column col0 + kBlockCols (i / kFloatsPerBlock) + i % 2.
-constexpr uint32_t kThreadsPerRow = 4;       // a quad
-constexpr uint32_t kColumnsPerThread = 2;    // per 8-column block
-struct Fragment {
-  int32_t row0;
-  int32_t col0;
-  __device__ static int32_t row_half(uint32_t i) {
-    return int32_t((i / kColumnsPerThread) % 2);
-  }
-  __device__ static int32_t column(uint32_t i) {
-    return int32_t(pl::epi::kBlockCols * (i / pl::epi::kFloatsPerBlock) + i % kColumnsPerThread);
-  }
-  __device__ int32_t row(uint32_t half) const {
-    return row0 + int32_t(pl::epi::kHalfRows * half);
-  }
-};
-
-__device__ __forceinline__ Fragment fragment_of(uint32_t thread) {
-  const uint32_t lane = thread % pl::kWarpThreads;
-  return Fragment{int32_t(pl::epi::warp_row(thread) + lane / kThreadsPerRow),
-                  int32_t(kColumnsPerThread * (lane % kThreadsPerRow))};
-}
+using pl::attn::Fragment;
 
 // The running softmax state of this thread's two rows.
 struct Softmax {
@@ -88,8 +50,9 @@ __device__ __forceinline__ void issue_scores(float (&s)[kScores], uint32_t q_sta
   pl::wgmma::fence();
 #pragma unroll
   for (uint32_t step = 0; step < kQKSteps; ++step) {
-    pl::wgmma::mma_bf16_ss<kTileN>(s, kmajor_desc(q_stage, kTileM, warpgroup * kRows, step),
-                                   kmajor_desc(k_stage, kTileN, 0, step), step > 0);
+    pl::wgmma::mma_bf16_ss<kTileN>(
+        s, pl::wgmma::desc_boxed_kmajor(q_stage, kTileM, warpgroup * kRows, step),
+        pl::wgmma::desc_boxed_kmajor(k_stage, kTileN, 0, step), step > 0);
   }
   pl::wgmma::commit();
 }
@@ -148,20 +111,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kScores], Softmax& sm,
 __device__ __forceinline__ void rescale_output(float (&o)[kOutputs], const float (&rescale)[2]) {
 #pragma unroll
   for (uint32_t i = 0; i < kOutputs; ++i) o[i] *= rescale[Fragment::row_half(i)];
-}
-
-// P rounded to bf16 as the register A operand of P V: K step j is the accumulator
-// fragment of S's columns [16j, 16j + 16), packed in pairs.
-__device__ __forceinline__ void pack_probabilities(const float (&p)[kScores],
-                                                   uint32_t (&a)[kPVSteps][4]) {
-#pragma unroll
-  for (uint32_t j = 0; j < kPVSteps; ++j) {
-#pragma unroll
-    for (uint32_t r = 0; r < 4; ++r) {
-      const uint32_t pair = kScoresPerStep * j + kColumnsPerThread * r;
-      a[j][r] = pl::epi::pack_bf16x2(p[pair], p[pair + 1]);
-    }
-  }
 }
 
 // Issues O += P V as one committed batch (not retired: P's registers stay live until
@@ -244,7 +193,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
   const uint32_t thread = pl::thread_in_role(at.role.mma);
   const uint32_t warpgroup = thread / pl::kWarpgroupThreads;
   const bool releaser = thread % pl::kWarpgroupThreads == 0;
-  const Fragment f = fragment_of(thread % pl::kWarpgroupThreads);
+  const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
   const Turns turns{warpgroup == 0 ? at.bar.turn_a : at.bar.turn_b,
                     warpgroup == 0 ? at.bar.turn_b : at.bar.turn_a, warpgroup};
   const int32_t kv_len = tile.m_end - tile.m_offset;
@@ -270,7 +219,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
     modify_scores(s, k, tile, f, q_first,
                   pl_attn_fwd_core_blocks_kv_tile(k, tile, tile.k_begin), kv_len);
     softmax_tile(s, sm, rescale);
-    pack_probabilities(s, p);
+    pl::attn::pack_a_operand(s, p);
     for (int32_t step = tile.k_begin + 1; step < tile.k_end; ++step) {
       // Tile j's scores and tile j - 1's P V in flight together.
       pl::consumer_wait(at.port.k, st.k);
@@ -292,7 +241,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
       if (releaser) pl::consumer_release(at.port.v, st.v);
       st.v.advance(at.port.v);
       rescale_output(o, rescale);
-      pack_probabilities(s, p);
+      pl::attn::pack_a_operand(s, p);
     }
     // The last tile's P V.
     pl::consumer_wait(at.port.v, st.v);

@@ -8,6 +8,13 @@ extern "C" __device__ pl::attn::Span pl_no_mask_mask_kv_range(const pl_place_no_
   return pl::attn::Span{0, kv_len};
 }
 
+extern "C" __device__ pl::attn::Span pl_no_mask_mask_q_range(const pl_place_no_mask&,
+                                                             const pl_args_no_mask&,
+                                                             const pl::KernelInfo&, int32_t,
+                                                             int32_t, int32_t q_len) {
+  return pl::attn::Span{0, q_len};
+}
+
 extern "C" __device__ bool pl_no_mask_mask_partial(const pl_place_no_mask&,
                                                    const pl_args_no_mask&,
                                                    const pl::KernelInfo&, int32_t, int32_t,

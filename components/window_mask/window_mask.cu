@@ -15,6 +15,14 @@ extern "C" __device__ pl::attn::Span pl_window_mask_mask_kv_range(
   return pl::attn::Span{max(q_begin - kLeft, 0), min(q_end + kRight, kv_len)};
 }
 
+// Read the other way, q - left <= kv <= q + right: the keys [kv_begin, kv_end) are
+// seen by the queries [kv_begin - right, kv_end - 1 + left].
+extern "C" __device__ pl::attn::Span pl_window_mask_mask_q_range(
+    const pl_place_window_mask&, const pl_args_window_mask&, const pl::KernelInfo&,
+    int32_t kv_begin, int32_t kv_end, int32_t q_len) {
+  return pl::attn::Span{max(kv_begin - kRight, 0), min(kv_end + kLeft, q_len)};
+}
+
 extern "C" __device__ bool pl_window_mask_mask_partial(const pl_place_window_mask&,
                                                        const pl_args_window_mask&,
                                                        const pl::KernelInfo&, int32_t q_begin,

@@ -33,7 +33,8 @@ TRANSPOSE_SUFFIX = ".T"
 
 class KernelSet:
     """The kernels of one recipe: ``ks.forward(x, w)``, ``ks["dgrad"]``, and ``ks(x, w)``
-    (the differentiable forward) where the recipe defines autograd."""
+    (the differentiable forward) where the recipe defines autograd, or the one kernel
+    where it has one."""
 
     def __init__(self, folder: Path | str) -> None:
         folder = Path(folder)
@@ -54,6 +55,11 @@ class KernelSet:
             names = [o.name for o in self.forward_op.spec.outputs]
             if self.autograd.get("returns"):
                 self._returns = tuple(names.index(n) for n in self.autograd["returns"])
+        elif len(self.kernels) == 1:
+            # One kernel and no gradients (a recipe that removed the rest, e.g. a
+            # forward-only variant): calling the set calls it, as a one-kernel recipe's op.
+            self.forward_op = next(iter(self.kernels.values()))
+            torch_ops.refuse_backward(self.forward_op)
 
     def _kernel(self, name: str, key: str) -> Op:
         if name not in self.kernels:

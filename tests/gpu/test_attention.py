@@ -3,7 +3,9 @@ attn_block_sparse, attn_softcap, attn_alibi: one core object, the masks, score
 modifiers, block layouts and schedulers linked into it) against an fp32 PyTorch
 reference, per element, on fresh random inputs. O and LSE are poisoned with NaN first,
 so a tile left unwritten, a row written for the wrong sequence or head, or one wrong
-key tile fails."""
+key tile fails. The backward kernels of attn_causal, attn_dense and attn_sliding (one
+attn_bwd_core object) against autograd through the fp32 reference, every output
+poisoned, directly and through the recipes' autograd ops."""
 
 from __future__ import annotations
 
@@ -93,6 +95,61 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
     want_o, want_lse = reference(q, k, v, recipe)
     torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
     torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
+
+
+BACKWARD = ("attn_causal", "attn_dense", "attn_sliding")
+GRAD_CASES = [  # recipe, B, S, H, HKV
+    ("attn_causal", 2, 256, 4, 4),      # whole tiles
+    ("attn_causal", 1, 1000, 4, 2),     # S not a multiple of either tile, GQA
+    ("attn_causal", 1, 77, 2, 1),       # MQA, one partial tile
+    ("attn_dense", 2, 333, 2, 2),
+    ("attn_sliding", 1, 2200, 2, 1),    # key tiles the window leaves out entirely
+]
+GRAD_RTOL = 5e-2     # P and dS rounded to bf16 for their GEMMs, gradients to bf16
+
+
+def _close_grad(name: str, got, want) -> None:  # noqa: ANN001
+    """Per element, relative to the gradient's scale: one wrong tile fails."""
+    import torch
+    scale = float(want.abs().max())
+    torch.testing.assert_close(got.float(), want, rtol=GRAD_RTOL, atol=2e-2 * scale,
+                               msg=lambda m: f"{name}: {m}")
+
+
+def grad_reference(q, k, v, d_o, recipe: str):  # noqa: ANN001, ANN201
+    """dQ, dK, dV in fp32 by autograd through the fp32 reference."""
+    leaves = [t.float().requires_grad_(True) for t in (q, k, v)]
+    o, _ = reference(*leaves, recipe)
+    o.backward(d_o.float())
+    return [t.grad for t in leaves]
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe,b,s,h,hkv", GRAD_CASES)
+def test_backward_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
+    """The backward kernel launched directly with every output poisoned, then the
+    recipe's autograd op (loss.backward()), against autograd through fp32."""
+    import torch
+
+    import pipelink
+    ks = pipelink.load(build_dir / mode / recipe)
+    q, k, v = inputs(b, s, h, hkv, 128, seed=7 * b + s + h)
+    d_o = torch.randn(q.shape, device="cuda",
+                      generator=torch.Generator(device="cuda").manual_seed(s)).to(q.dtype)
+    want = grad_reference(q, k, v, d_o, recipe)
+    o, lse = ks.forward(q, k, v)
+    nan = float("nan")
+    out = (torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan),
+           torch.full((b, h, (s + 63) // 64, 2, 64), nan, device="cuda"),
+           torch.full(q.shape, nan, device="cuda"))
+    ks.backward(d_o, q, k, v, o, lse, out=out)
+    for name, got, ref in zip(("dq", "dk", "dv"), out, want, strict=False):
+        _close_grad(name, got, ref)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    o2, _ = ks(*leaves)
+    o2.backward(d_o)
+    for name, leaf, ref in zip(("q.grad", "k.grad", "v.grad"), leaves, want, strict=True):
+        _close_grad(name, leaf.grad, ref)
 
 
 DOCUMENTS = [  # document lengths, H, HKV
@@ -223,15 +280,21 @@ def test_paged_kv_matches_contiguous(build_dir, mode, b, s, h, hkv):
     torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
 
 
-def test_the_core_object_is_shared(build_dir):
-    """Every attention recipe links one attn_fwd_core object: the masks, the score
-    modifiers and the schedulers are other objects, inlined into it by LTO."""
+def _manifest(folder, kernel: str) -> dict:  # noqa: ANN001
     import json
-    hashes = set()
-    for recipe in ATTENTION:
-        manifest = json.loads((build_dir / "sm_90a" / recipe / "kernel.json").read_text())
-        hashes.add(manifest["inputs"]["core"])   # instance -> sha256 of its object
-    assert len(hashes) == 1, hashes
+    return json.loads((folder / kernel / "kernel.json").read_text())
+
+
+def test_the_core_object_is_shared(build_dir):
+    """Every attention recipe links one attn_fwd_core object, and every backward one
+    attn_bwd_core object: the masks, the score modifiers and the schedulers are other
+    objects, inlined into it by LTO."""
+    forward = {_manifest(build_dir / "sm_90a" / r, "forward")["inputs"]["core"]
+               for r in ATTENTION}                # instance -> sha256 of its object
+    backward = {_manifest(build_dir / "sm_90a" / r, "backward")["inputs"]["core"]
+                for r in BACKWARD}
+    assert len(forward) == 1, forward
+    assert len(backward) == 1, backward
 
 
 def test_bad_input_is_refused_before_launch(build_dir):
@@ -279,12 +342,12 @@ def test_bad_offsets_and_pages_are_refused_before_launch(build_dir):
 
 
 def test_backward_through_the_forward_only_op_is_an_error(build_dir):
-    """The attention recipes have no backward kernel yet: backpropagating through one
-    must fail loudly, never leave q.grad silently empty."""
+    """attn_softcap has no backward kernel (a score modifier's gradient is not built):
+    backpropagating through it must fail loudly, never leave q.grad silently empty."""
 
     import pipelink
     from pipelink.errors import PipeLinkError
-    op = pipelink.load(build_dir / "sm_90a" / "attn_causal")
+    op = pipelink.load(build_dir / "sm_90a" / "attn_softcap")
     q, k, v = inputs(1, 128, 2, 2, 128, seed=13)
     q.requires_grad_(True)
     o, _ = op(q, k, v)

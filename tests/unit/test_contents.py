@@ -49,7 +49,7 @@ def test_broken_indices_are_refused(rule, values, sizes, needle):
 
 
 def _bound(path: Path):  # noqa: ANN202
-    recipe = load_recipe(path)
+    recipe = load_recipe(path).kernels()["forward"]
     return recipe, {n: load_contract(ROOT / "components" / i.component / "contract.yaml")
                     .bind(i.params) for n, i in recipe.instances("sm_90a").items()}
 
@@ -62,7 +62,7 @@ def test_the_checker_refuses_rules_it_cannot_evaluate(tmp_path, rules, needle):
     data = yaml.safe_load((ROOT / "recipes" / "attn_document.yaml").read_text())
     base = yaml.safe_load((ROOT / "recipes" / "attn_causal.yaml").read_text())
     (tmp_path / "attn_causal.yaml").write_text(yaml.safe_dump(base))
-    data["launch"]["contents"] = rules
+    data["kernels"]["forward"]["launch"]["contents"] = rules
     path = tmp_path / "attn_document.yaml"
     path.write_text(yaml.safe_dump(data))
     recipe, bound = _bound(path)

@@ -24,15 +24,15 @@ from pipelink.recipe import load_recipe
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def bound_for(recipe_path: Path, arch: str = "sm_90a") -> dict[str, Any]:
-    recipe = load_recipe(recipe_path)
+def bound_for(recipe_path: Path, arch: str = "sm_90a", kernel: str = "forward") -> dict[str, Any]:
+    recipe = load_recipe(recipe_path).kernels()[kernel]
     return recipe, {name: load_contract(ROOT / "components" / inst.component / "contract.yaml")
                     .bind(inst.params) for name, inst in recipe.instances(arch).items()}
 
 
 def write_recipe(tmp_path: Path, mutate) -> Path:  # noqa: ANN001
     data = yaml.safe_load((ROOT / "recipes" / "attn_causal.yaml").read_text())
-    mutate(data)
+    mutate(data["kernels"]["forward"])
     path = tmp_path / "attn_causal.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -76,6 +76,19 @@ def test_headers_declare_both_sides():
             f'{bound["mask"].symbol("pl_causal_mask_mask_kv_range")}(const {t["place"]}& at, '
             f"const {t['args']}& args, const pl::KernelInfo& k, int32_t q_begin, "
             "int32_t q_end, int32_t kv_len);") in mask
+
+
+def test_the_backward_core_calls_the_forward_mask():
+    """The backward links the same mask component: its core asks keep() and partial(),
+    its scheduler q_range() (the queries that see a key tile)."""
+    recipe, bound = bound_for(ROOT / "recipes" / "attn_causal.yaml", kernel="backward")
+    kernel = check(recipe, "sm_90a", bound)
+    pairs = sorted((str(t.src), str(t.dst)) for t in kernel.transfers if t.kind == "function")
+    assert pairs == [("mask.mask", "core.mask"), ("mask.mask", "sched.mask")]
+    text = glue.generate(kernel, place(kernel.problem))
+    caller = bound["sched"].symbol("pl_attn_bwd_scheduler_mask_q_range")
+    assert f"return {bound['mask'].symbol('pl_causal_mask_mask_q_range')}(" in text
+    assert caller in text
 
 
 def _swap_score_for_mask(data: dict) -> None:

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "pipelink/epilogue.cuh"
 #include "pipelink/tma.cuh"
 #include "pipelink/types.cuh"
 
@@ -50,6 +51,86 @@ __device__ __forceinline__ TileOrder lpt_order(uint32_t r, uint32_t m_tiles, uin
   const uint32_t pairs_here = min(section, pairs - first_pair);   // the last may be short
   const uint32_t local = r - first_pair * m_tiles;
   return TileOrder{int32_t(m_tiles - 1 - local / pairs_here), first_pair + local % pairs_here};
+}
+
+// Step `step` of a backward record, which walks one key tile's queries: its query
+// head and query tile. The record's steps run the `group` query heads that share the
+// key tile's K/V head one after another, each over the query tiles [k_begin, k_begin +
+// tiles), tiles = (k_end - k_begin) / group (pl::attn::query_steps builds such a range).
+struct QueryStep {
+  int32_t head;
+  int32_t q_tile;
+};
+
+__device__ __forceinline__ QueryStep query_step(const WorkTile& tile, int32_t step,
+                                                uint32_t group) {
+  const int32_t tiles = (tile.k_end - tile.k_begin) / int32_t(group);
+  const int32_t local = step - tile.k_begin;
+  return QueryStep{tile.n_block * int32_t(group) + local / tiles, tile.k_begin + local % tiles};
+}
+
+// The step range of a backward record whose query tiles are `q_tiles`, for `group`
+// query heads per K/V head.
+__device__ __forceinline__ Span query_steps(Span q_tiles, uint32_t group) {
+  if (q_tiles.empty()) return Span{0, 0};
+  return Span{q_tiles.begin, q_tiles.begin + (q_tiles.end - q_tiles.begin) * int32_t(group)};
+}
+
+// The per-query statistics of a backward step, as its prep phase lays them out for
+// one contiguous copy per query tile: kStatsRows rows of tile_q floats, row kLseRow the
+// forward's log-sum-exp in base 2 (log2(e) LSE; +inf where the query saw no key or lies
+// past the sequence, so its P is 0) and row kDeltaRow delta = rowsum(dO o O) (0 past the
+// sequence). Tile t of (sequence b, head h) is chunk (b heads + h) q_tiles + t.
+constexpr uint32_t kStatsRows = 2;
+constexpr uint32_t kLseRow = 0;
+constexpr uint32_t kDeltaRow = 1;
+
+__device__ __forceinline__ size_t stats_chunk(int32_t sequence, int32_t head, int32_t q_tile,
+                                              uint32_t heads, uint32_t q_tiles) {
+  return (size_t(sequence) * heads + uint32_t(head)) * q_tiles + uint32_t(q_tile);
+}
+
+// Where this thread's accumulator elements sit in a 64-row warpgroup slice (the layout
+// pipelink/epilogue.cuh names wgmma_f32_m64nN_wg_rows): a quad of threads holds one row
+// pair, each thread two adjacent columns of every 8-column block; element i is at row
+// row0 + kHalfRows ((i / 2) % 2), column col0 + kBlockCols (i / kFloatsPerBlock) + i % 2.
+struct Fragment {
+  static constexpr uint32_t kThreadsPerRow = 4;       // a quad
+  static constexpr uint32_t kColumnsPerThread = 2;    // per 8-column block
+  int32_t row0;
+  int32_t col0;
+  __device__ static int32_t row_half(uint32_t i) {
+    return int32_t((i / kColumnsPerThread) % 2);
+  }
+  __device__ static int32_t column(uint32_t i) {
+    return int32_t(epi::kBlockCols * (i / epi::kFloatsPerBlock) + i % kColumnsPerThread);
+  }
+  __device__ int32_t row(uint32_t half) const {
+    return row0 + int32_t(epi::kHalfRows * half);
+  }
+};
+
+__device__ __forceinline__ Fragment fragment_of(uint32_t thread_in_warpgroup) {
+  const uint32_t lane = thread_in_warpgroup % kWarpThreads;
+  return Fragment{int32_t(epi::warp_row(thread_in_warpgroup) + lane / Fragment::kThreadsPerRow),
+                  int32_t(Fragment::kColumnsPerThread * (lane % Fragment::kThreadsPerRow))};
+}
+
+// A fp32 fragment rounded to bf16 as the register A operand of the next wgmma: K step
+// j is the accumulator's columns [16j, 16j + 16), packed in pairs (what
+// pl::wgmma::mma_bf16_rs takes).
+template <uint32_t kFloats, uint32_t kSteps>
+__device__ __forceinline__ void pack_a_operand(const float (&acc)[kFloats],
+                                               uint32_t (&a)[kSteps][4]) {
+  constexpr uint32_t kFloatsPerStep = kFloats / kSteps;
+#pragma unroll
+  for (uint32_t j = 0; j < kSteps; ++j) {
+#pragma unroll
+    for (uint32_t r = 0; r < 4; ++r) {
+      const uint32_t pair = kFloatsPerStep * j + Fragment::kColumnsPerThread * r;
+      a[j][r] = epi::pack_bf16x2(acc[pair], acc[pair + 1]);
+    }
+  }
 }
 
 // Record r of a schedule over B sequences of `seq` tokens and `heads` heads, in

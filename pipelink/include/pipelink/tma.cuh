@@ -12,6 +12,16 @@ __device__ __forceinline__ void prefetch_descriptor(const void* map) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
 
+// A contiguous copy of `bytes` (a multiple of 16, from a 16-byte-aligned address) into
+// shared memory, completing on an mbarrier (complete_tx): no tensor map.
+__device__ __forceinline__ void load_bulk(uint32_t dst_offset, const void* src, uint32_t bytes,
+                                          uint32_t mbar_offset) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      :: "r"(smem_addr(dst_offset)), "l"(src), "r"(bytes), "r"(smem_addr(mbar_offset))
+      : "memory");
+}
+
 // 2-D tile load into shared memory completing on an mbarrier (complete_tx).
 __device__ __forceinline__ void load_2d(uint32_t dst_offset, const void* map,
                                         uint32_t mbar_offset, int32_t c0, int32_t c1) {

@@ -77,6 +77,27 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) 
   return desc + bytes / kDescUnit;
 }
 
+// Operand tiles of a head (pl::attn::load_head_tile): `rows` rows by head_dim columns
+// stored as 64-column boxes side by side, each `rows` x 128 bytes, 128-byte swizzled.
+// Read K-major (K = head_dim), the descriptor of K step `s` for the 64 rows from
+// `first_row`:
+__device__ __forceinline__ uint64_t desc_boxed_kmajor(uint32_t offset, uint32_t rows,
+                                                      uint32_t first_row, uint32_t s) {
+  constexpr uint32_t kStepsPerBox = kSwizzleBytes / (kK * 2);   // 16-bit elements
+  const uint32_t box = offset + (s / kStepsPerBox) * rows * kSwizzleBytes;
+  return desc_advance(desc_sw128_kmajor(box + first_row * kSwizzleBytes),
+                      (s % kStepsPerBox) * kK * 2);
+}
+
+// Read MN-major (K = rows, N = head_dim from column 64 `first_box`), the descriptor of
+// K step `s` (the rows [16 s, 16 s + 16)).
+__device__ __forceinline__ uint64_t desc_boxed_mnmajor(uint32_t offset, uint32_t rows,
+                                                       uint32_t first_box, uint32_t s) {
+  const uint32_t box_bytes = rows * kSwizzleBytes;
+  return desc_advance(desc_sw128_mnmajor(offset + first_box * box_bytes, box_bytes),
+                      s * kK * kSwizzleBytes);
+}
+
 // Orders this warpgroup's register and shared-memory accesses before the wgmma that
 // follows (needed before the first wgmma of a batch).
 __device__ __forceinline__ void fence() {

@@ -1,0 +1,300 @@
+// attn_bwd_core: the consumer warpgroups of an attention backward, key tile stationary
+// (FA2/FA3's order). Warpgroup g owns keys [64g, 64g + 64) of a record's key tile and
+// keeps their dK and dV in registers across the record. Per query step it recomputes
+// P^T = exp(scale K Q^T - LSE) and dP^T = V dO^T (smem x smem wgmma), forms
+// dS^T = scale P^T (dP^T - delta), accumulates dV += P^T dO and dK += dS^T Q with P^T and
+// dS^T as register A operands, and adds its columns of dQ = dS K (dS through shared
+// memory: every warpgroup's keys) to an fp32 dQ accumulator in global memory.
+#include "pl_attn_bwd_core.h"
+#include "pipelink/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "attn_bwd_core issues wgmma, which only sm_90a has: build it for sm_90a"
+#endif
+
+using Params = pl_params_attn_bwd_core;
+using Element = Params::dtype;
+using pl::attn::Fragment;
+
+constexpr uint32_t kTileN = Params::tile_n;                   // keys per record
+constexpr uint32_t kTileQ = Params::tile_q;                   // queries per step
+constexpr uint32_t kHeadDim = Params::head_dim;
+constexpr uint32_t kRows = pl::wgmma::kM;                     // keys per warpgroup
+constexpr uint32_t kWarpgroups = kTileN / kRows;
+constexpr uint32_t kThreads = kWarpgroups * pl::kWarpgroupThreads;
+constexpr uint32_t kScores = kRows * kTileQ / pl::kWarpgroupThreads;    // S^T floats per thread
+constexpr uint32_t kGrads = kRows * kHeadDim / pl::kWarpgroupThreads;   // dK (and dV) floats
+constexpr uint32_t kDqColumns = kHeadDim / kWarpgroups;                 // warpgroup g's dQ
+constexpr uint32_t kDq = kTileQ * kDqColumns / pl::kWarpgroupThreads;
+constexpr uint32_t kHeadSteps = kHeadDim / pl::wgmma::kK;     // K steps of S^T and dP^T
+constexpr uint32_t kQuerySteps = kTileQ / pl::wgmma::kK;      // of dV and dK
+constexpr uint32_t kKeySteps = kTileN / pl::wgmma::kK;        // of dQ
+constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);   // 64
+constexpr uint32_t kDsBytes = kTileN * kTileQ * sizeof(Element);  // one dS^T buffer
+constexpr uint32_t kDsBuffers = 2;
+constexpr uint32_t kColumnsPerThread = kScores / 2;           // query columns a thread holds
+constexpr uint32_t kBlocks = kTileQ / pl::epi::kBlockCols;    // 8-column blocks of S^T
+constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));   // softmax scale
+constexpr float kScaleLog2 = kScale * pl::attn::kLog2e;
+constexpr float kInf = __builtin_huge_valf();
+constexpr uint32_t kAccumulate = 1;
+
+static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
+static_assert(kTileQ == kBoxColumns,
+              "dS^T is one 128-byte swizzled row per key: tile_q = 64");
+static_assert(kTileN == kRows || kTileN == 2 * kRows,
+              "each warpgroup owns 64 keys: tile_n = 64 or 128");
+static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
+static_assert(kDqColumns % kBoxColumns == 0,
+              "each warpgroup's dQ columns are whole 64-column boxes: head_dim = 64 per "
+              "warpgroup at least (tile_n 64 for head_dim 64)");
+
+// Issues S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys as two committed
+// batches (rows: keys; columns: the step's queries).
+__device__ __forceinline__ void issue_scores(float (&s)[kScores], float (&dp)[kScores],
+                                             uint32_t k_stage, uint32_t v_stage,
+                                             uint32_t q_stage, uint32_t do_stage,
+                                             uint32_t first_key) {
+  pl::wgmma::fence_operands(s);
+  pl::wgmma::fence_operands(dp);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kHeadSteps; ++step) {
+    pl::wgmma::mma_bf16_ss<kTileQ>(
+        s, pl::wgmma::desc_boxed_kmajor(k_stage, kTileN, first_key, step),
+        pl::wgmma::desc_boxed_kmajor(q_stage, kTileQ, 0, step), step > 0);
+  }
+  pl::wgmma::commit();
+#pragma unroll
+  for (uint32_t step = 0; step < kHeadSteps; ++step) {
+    pl::wgmma::mma_bf16_ss<kTileQ>(
+        dp, pl::wgmma::desc_boxed_kmajor(v_stage, kTileN, first_key, step),
+        pl::wgmma::desc_boxed_kmajor(do_stage, kTileQ, 0, step), step > 0);
+  }
+  pl::wgmma::commit();
+}
+
+// A query step's place: its queries [q_first, q_first + tile_q) and this warpgroup's
+// keys [kv_first, kv_first + 64) of a sequence of `len` tokens (queries and keys alike).
+struct StepTile {
+  int32_t q_first;
+  int32_t kv_first;
+  int32_t len;
+  bool partial;      // some element may be masked: ask per element
+};
+
+// Two adjacent floats of a statistics row in shared memory.
+__device__ __forceinline__ float2 stats_pair(uint32_t stats_stage, uint32_t row, int32_t column) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y)
+               : "r"(pl::smem_addr(stats_stage + (row * kTileQ + uint32_t(column)) *
+                                   sizeof(float))));
+  return v;
+}
+
+// P^T in place of S^T: exp2(scale log2e S - LSE2) per element with the step's base-2
+// LSE (+inf for a query that saw no key or lies past the sequence: P = 0, never NaN),
+// 0 where the mask hides the element.
+__device__ __forceinline__ void probabilities(float (&s)[kScores], const pl::KernelInfo& k,
+                                              uint32_t stats_stage, Fragment f, StepTile t) {
+#pragma unroll
+  for (uint32_t j = 0; j < kBlocks; ++j) {
+    const int32_t column = f.col0 + int32_t(pl::epi::kBlockCols * j);
+    const float2 lse = stats_pair(stats_stage, pl::attn::kLseRow, column);
+#pragma unroll
+    for (uint32_t e = 0; e < pl::epi::kFloatsPerBlock; ++e) {
+      const uint32_t i = pl::epi::kFloatsPerBlock * j + e;
+      const int32_t q = t.q_first + column + int32_t(e % Fragment::kColumnsPerThread);
+      const int32_t kv = t.kv_first + f.row(uint32_t(Fragment::row_half(i)));
+      float p = pl::attn::exp2_approx(fmaf(s[i], kScaleLog2, -(e % 2 == 0 ? lse.x : lse.y)));
+      if (t.partial && (kv >= t.len || q >= t.len || !pl_attn_bwd_core_mask_keep(k, q, kv))) {
+        p = 0.0f;
+      }
+      s[i] = p;
+    }
+  }
+}
+
+// dS^T = scale P^T (dP^T - delta) in place of dP^T.
+__device__ __forceinline__ void score_gradients(float (&dp)[kScores], const float (&p)[kScores],
+                                                uint32_t stats_stage, Fragment f) {
+#pragma unroll
+  for (uint32_t j = 0; j < kBlocks; ++j) {
+    const int32_t column = f.col0 + int32_t(pl::epi::kBlockCols * j);
+    const float2 delta = stats_pair(stats_stage, pl::attn::kDeltaRow, column);
+#pragma unroll
+    for (uint32_t e = 0; e < pl::epi::kFloatsPerBlock; ++e) {
+      const uint32_t i = pl::epi::kFloatsPerBlock * j + e;
+      dp[i] = kScale * p[i] * (dp[i] - (e % 2 == 0 ? delta.x : delta.y));
+    }
+  }
+}
+
+// Issues dV += P^T dO and dK += dS^T Q (register A, B MN-major: N = head_dim) as one
+// committed batch.
+__device__ __forceinline__ void issue_key_grads(float (&dk)[kGrads], float (&dv)[kGrads],
+                                                uint32_t (&p)[kQuerySteps][4],
+                                                uint32_t (&ds)[kQuerySteps][4],
+                                                uint32_t q_stage, uint32_t do_stage) {
+  pl::wgmma::fence_fragments(p);
+  pl::wgmma::fence_fragments(ds);
+  pl::wgmma::fence_operands(dk);
+  pl::wgmma::fence_operands(dv);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kQuerySteps; ++step) {
+    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
+        dv, p[step], pl::wgmma::desc_boxed_mnmajor(do_stage, kTileQ, 0, step), kAccumulate);
+  }
+#pragma unroll
+  for (uint32_t step = 0; step < kQuerySteps; ++step) {
+    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
+        dk, ds[step], pl::wgmma::desc_boxed_mnmajor(q_stage, kTileQ, 0, step), kAccumulate);
+  }
+  pl::wgmma::commit();
+}
+
+// dS^T's bf16 pairs (the register fragments of dK's GEMM) into a shared [tile_n keys]
+// x [64 queries] tile, 128-byte swizzled: row r's 16-byte chunk c sits at chunk
+// c ^ (r % 8), so dQ's GEMM reads dS from it M-major. Fragment K step j, register r
+// holds 8-column block 2j + r / 2 of row half r % 2.
+__device__ __forceinline__ void store_score_grads(uint32_t buffer, const uint32_t (&ds)[kQuerySteps][4],
+                                                  Fragment f, uint32_t first_key) {
+  constexpr uint32_t kRegsPerBlockPair = 2;
+#pragma unroll
+  for (uint32_t j = 0; j < kQuerySteps; ++j) {
+#pragma unroll
+    for (uint32_t r = 0; r < 4; ++r) {
+      const uint32_t block = kRegsPerBlockPair * j + r / kRegsPerBlockPair;
+      const uint32_t row = first_key + uint32_t(f.row(r % kRegsPerBlockPair));
+      const uint32_t chunk = block ^ (row % pl::epi::kSwizzleRows);
+      const uint32_t offset = buffer + row * pl::epi::kSwizzleRowBytes +
+                              chunk * pl::epi::kChunkBytes + uint32_t(f.col0) * sizeof(Element);
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(pl::smem_addr(offset)), "r"(ds[j][r])
+                   : "memory");
+    }
+  }
+}
+
+// Issues this warpgroup's columns of dQ = dS K (A: dS^T's tile read M-major; B: the K
+// tile read MN-major, N = the columns) as one committed batch.
+__device__ __forceinline__ void issue_query_grads(float (&dq)[kDq], uint32_t ds_buffer,
+                                                  uint32_t k_stage, uint32_t warpgroup) {
+  pl::wgmma::fence_operands(dq);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kKeySteps; ++step) {
+    pl::wgmma::mma_bf16_ss<kDqColumns, true, true>(
+        dq, pl::wgmma::desc_boxed_mnmajor(ds_buffer, kTileN, 0, step),
+        pl::wgmma::desc_boxed_mnmajor(k_stage, kTileN, warpgroup * kDqColumns / kBoxColumns,
+                                      step),
+        step > 0);
+  }
+  pl::wgmma::commit();
+}
+
+// dQ's partial sums into the fp32 accumulator [rows, heads, head_dim], two adjacent
+// columns per vector reduction; queries past the sequence are not added.
+__device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* dq_rows,
+                                                uint32_t heads, Fragment f, StepTile t,
+                                                uint32_t first_column) {
+#pragma unroll
+  for (uint32_t i = 0; i < kDq; i += Fragment::kColumnsPerThread) {
+    const int32_t q = t.q_first + f.row(Fragment::row_half(i));
+    if (q >= t.len) continue;
+    float* at = dq_rows + size_t(q) * heads * kHeadDim + first_column +
+                uint32_t(f.col0 + Fragment::column(i));
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(at), "f"(dq[i]),
+                 "f"(dq[i + 1]) : "memory");
+  }
+}
+
+// Consumer warpgroups' perspective, per record: the key tile's query steps in order;
+// dK and dV leave through the register ports once the record is done.
+extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at,
+                                                const pl_args_attn_bwd_core& args,
+                                                const pl::KernelInfo& k,
+                                                const pl::WorkTile& tile,
+                                                pl_state_attn_bwd_core_mma& st,
+                                                float (&dk)[kGrads], float (&dv)[kGrads]) {
+  const uint32_t thread = pl::thread_in_role(at.role.mma);
+  const uint32_t warpgroup = thread / pl::kWarpgroupThreads;
+  const bool releaser = thread % pl::kWarpgroupThreads == 0;
+  const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
+  const uint32_t first_key = warpgroup * kRows;
+  const int32_t len = tile.m_end - tile.m_offset;
+  const int32_t kv_first = tile.m_block * int32_t(kTileN) + int32_t(first_key);
+#pragma unroll
+  for (uint32_t i = 0; i < kGrads; ++i) {
+    dk[i] = 0.0f;
+    dv[i] = 0.0f;
+  }
+  pl::consumer_wait(at.port.k, st.k);
+  pl::consumer_wait(at.port.v, st.v);
+  const uint32_t k_stage = pl::stage_offset(at.port.k, st.k);
+  const uint32_t v_stage = pl::stage_offset(at.port.v, st.v);
+  uint32_t n = 0;
+  for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
+    const pl::attn::QueryStep qs = pl::attn::query_step(tile, step, args.kv_group);
+    StepTile t{qs.q_tile * int32_t(kTileQ), kv_first, len, false};
+    t.partial = t.kv_first + int32_t(kRows) > len || t.q_first + int32_t(kTileQ) > len ||
+                pl_attn_bwd_core_mask_partial(k, t.q_first, t.q_first + int32_t(kTileQ),
+                                              t.kv_first, t.kv_first + int32_t(kRows));
+    pl::consumer_wait(at.port.q, st.q);
+    pl::consumer_wait(at.port.d_o, st.d_o);
+    pl::consumer_wait(at.port.stats, st.stats);
+    const uint32_t stats_stage = pl::stage_offset(at.port.stats, st.stats);
+    const uint32_t q_stage = pl::stage_offset(at.port.q, st.q);
+    const uint32_t do_stage = pl::stage_offset(at.port.d_o, st.d_o);
+    // K and V stay for the whole record: without this the compiler keeps their 24
+    // descriptors in registers across the loop (48 of them) instead of deriving them
+    // per step with a few integer adds.
+    uint32_t k_here = k_stage, v_here = v_stage;
+    asm volatile("" : "+r"(k_here), "+r"(v_here));
+    float s[kScores], dp[kScores], dq[kDq];
+    uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
+    issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
+    pl::wgmma::wait<1>();
+    pl::wgmma::fence_operands(s);
+    probabilities(s, k, stats_stage, f, t);
+    pl::wgmma::wait<0>();
+    pl::wgmma::fence_operands(dp);
+    score_gradients(dp, s, stats_stage, f);
+    pl::attn::pack_a_operand(s, p_frag);
+    pl::attn::pack_a_operand(dp, ds_frag);
+    issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
+    // dS^T of every warpgroup in shared memory before any reads dS for dQ. Two buffers
+    // in turn: a warpgroup reaches step n's barrier only after its dQ of step n - 1 is
+    // done, so step n + 1's writes never meet step n - 1's reads.
+    const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
+    store_score_grads(ds_buffer, ds_frag, f, first_key);
+    pl::fence_proxy_async_smem();
+    pl::named_sync(at.bar.ds_ready, kThreads);
+    issue_query_grads(dq, ds_buffer, k_here, warpgroup);
+    pl::wgmma::wait<0>();
+    pl::wgmma::fence_operands(dk);
+    pl::wgmma::fence_operands(dv);
+    pl::wgmma::fence_operands(dq);
+    pl::wgmma::fence_fragments(p_frag);
+    pl::wgmma::fence_fragments(ds_frag);
+    if (releaser) {
+      pl::consumer_release(at.port.q, st.q);
+      pl::consumer_release(at.port.d_o, st.d_o);
+      pl::consumer_release(at.port.stats, st.stats);
+    }
+    st.q.advance(at.port.q);
+    st.d_o.advance(at.port.d_o);
+    st.stats.advance(at.port.stats);
+    add_query_grads(dq, args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
+                            size_t(qs.head) * kHeadDim,
+                    args.heads, f, t, warpgroup * kDqColumns);
+  }
+  // Every warpgroup's last dQ has read its dS before the next record writes buffer 0.
+  if (n > 0) pl::named_sync(at.bar.ds_ready, kThreads);
+  if (releaser) {
+    pl::consumer_release(at.port.k, st.k);
+    pl::consumer_release(at.port.v, st.v);
+  }
+  st.k.advance(at.port.k);
+  st.v.advance(at.port.v);
+}

@@ -1,0 +1,71 @@
+// attn_bwd_loader: one producer warp streaming an attention backward's K and V tiles
+// (once per key tile) and its Q and dO tiles and query statistics (once per query
+// step).
+#include "pl_attn_bwd_loader.h"
+
+using Params = pl_params_attn_bwd_loader;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kTileQ = Params::tile_q;
+constexpr uint32_t kHeadDim = Params::head_dim;
+constexpr uint32_t kBoxColumns = 128 / sizeof(Element);         // the maps' SWIZZLE_128B
+constexpr uint32_t kBoxes = kHeadDim / kBoxColumns;             // boxes per tile
+constexpr uint32_t kTileBytesKV = kTileN * kHeadDim * sizeof(Element);
+constexpr uint32_t kTileBytesQ = kTileQ * kHeadDim * sizeof(Element);
+constexpr uint32_t kStatsBytes = pl::attn::kStatsRows * kTileQ * sizeof(float);
+constexpr uint32_t kMaxBoxRows = 256;                           // TMA box limit per dimension
+
+static_assert(kHeadDim % kBoxColumns == 0,
+              "a tile is whole 128-byte boxes: make head_dim a multiple of 64 (bf16)");
+static_assert(kTileN <= kMaxBoxRows && kTileQ <= kMaxBoxRows,
+              "a TMA box spans at most 256 rows: lower tile_n or tile_q");
+
+// Producer's perspective, once: pull the four descriptors into the cache early.
+extern "C" __device__ void pl_attn_bwd_loader_producer_init(const pl_place_attn_bwd_loader&,
+                                                            const pl_args_attn_bwd_loader& args,
+                                                            const pl::KernelInfo&,
+                                                            pl_state_attn_bwd_loader_producer&) {
+  if (!pl::elect_one_in_warp()) return;
+  pl::tma::prefetch_descriptor(args.tma_q);
+  pl::tma::prefetch_descriptor(args.tma_do);
+  pl::tma::prefetch_descriptor(args.tma_k);
+  pl::tma::prefetch_descriptor(args.tma_v);
+}
+
+// Producer's perspective, per record: the key tile's K and V, then Q and dO per step.
+extern "C" __device__ void pl_attn_bwd_loader_producer(const pl_place_attn_bwd_loader& at,
+                                                       const pl_args_attn_bwd_loader& args,
+                                                       const pl::KernelInfo&,
+                                                       const pl::WorkTile& tile,
+                                                       pl_state_attn_bwd_loader_producer& st) {
+  const int32_t kv_row = tile.first_row(kTileN);
+  pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
+    pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_k, full, tile.n_block, kv_row);
+  });
+  pl::producer_fill(at.port.v, st.v, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
+    pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_v, full, tile.n_block, kv_row);
+  });
+  st.k.advance(at.port.k);
+  st.v.advance(at.port.v);
+  for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
+    const pl::attn::QueryStep at_step = pl::attn::query_step(tile, step, args.kv_group);
+    const int32_t q_row = tile.m_offset + at_step.q_tile * int32_t(kTileQ);
+    pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
+      pl::attn::load_head_tile<kTileQ, kBoxes>(stage, args.tma_q, full, at_step.head, q_row);
+    });
+    pl::producer_fill(at.port.d_o, st.d_o, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
+      pl::attn::load_head_tile<kTileQ, kBoxes>(stage, args.tma_do, full, at_step.head, q_row);
+    });
+    const float* stats = args.stats + pl::attn::stats_chunk(tile.group, at_step.head,
+                                                            at_step.q_tile, args.heads,
+                                                            args.q_tiles) *
+                                          pl::attn::kStatsRows * kTileQ;
+    pl::producer_fill(at.port.stats, st.stats, kStatsBytes, [&](uint32_t stage, uint32_t full) {
+      pl::tma::load_bulk(stage, stats, kStatsBytes, full);
+    });
+    st.q.advance(at.port.q);
+    st.d_o.advance(at.port.d_o);
+    st.stats.advance(at.port.stats);
+  }
+}

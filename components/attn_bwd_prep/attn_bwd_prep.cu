@@ -1,0 +1,70 @@
+// attn_bwd_prep: an attention backward's per-query statistics (base-2 LSE and delta =
+// rowsum(dO o O)) laid out per query tile, and dQ's fp32 accumulator zeroed.
+#include "pl_attn_bwd_prep.h"
+
+using Params = pl_params_attn_bwd_prep;
+
+constexpr uint32_t kHeadDim = Params::head_dim;
+constexpr uint32_t kTileQ = Params::tile_q;
+constexpr uint32_t kThreads = Params::warps * pl::kWarpThreads;
+constexpr uint32_t kVectors = kHeadDim / pl::vec::kBf16x8;     // threads per (row, head)
+constexpr uint32_t kFloat4s = pl::vec::kBf16x8 / 4;            // dQ float4 per thread
+constexpr float kInf = __builtin_huge_valf();
+
+static_assert(kHeadDim % pl::vec::kBf16x8 == 0 && pl::kWarpThreads % kVectors == 0,
+              "a row's 16-byte vectors share one warp: head_dim = 8, 16, ..., 256");
+
+// Query q's statistics (q may lie past the sequence: padding).
+__device__ __forceinline__ void write_stats(const pl_args_attn_bwd_prep& args, int32_t sequence,
+                                            int32_t head, uint32_t q, float lse, float delta) {
+  const uint32_t q_tiles = (args.seq + kTileQ - 1) / kTileQ;
+  float* chunk = args.stats + pl::attn::stats_chunk(sequence, head, int32_t(q / kTileQ),
+                                                    args.heads, q_tiles) *
+                                  pl::attn::kStatsRows * kTileQ;
+  chunk[pl::attn::kLseRow * kTileQ + q % kTileQ] = lse;
+  chunk[pl::attn::kDeltaRow * kTileQ + q % kTileQ] = delta;
+}
+
+// Every CTA's perspective, once per launch: warp-aligned strides, so every lane of a
+// warp runs every iteration and the row sums can shuffle.
+extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_prep& at,
+                                                        const pl_args_attn_bwd_prep& args,
+                                                        const pl::KernelInfo&,
+                                                        const pl::WorkTile&,
+                                                        pl_state_attn_bwd_prep_elementwise&) {
+  const size_t total = size_t(args.batch) * args.seq * args.heads * kVectors;
+  const uint4* o = reinterpret_cast<const uint4*>(args.o);
+  const uint4* d_o = reinterpret_cast<const uint4*>(args.d_o);
+  float4* dq = reinterpret_cast<float4*>(args.dq_accum);
+  for (size_t i = size_t(blockIdx.x) * kThreads + pl::thread_in_role(at.role.elementwise);
+       i - pl::lane() < total; i += size_t(gridDim.x) * kThreads) {
+    const bool valid = i < total;
+    float sum = 0.0f;
+    if (valid) {
+      float a[pl::vec::kBf16x8], b[pl::vec::kBf16x8];
+      pl::vec::unpack(o[i], a);
+      pl::vec::unpack(d_o[i], b);
+#pragma unroll
+      for (uint32_t e = 0; e < pl::vec::kBf16x8; ++e) sum = fmaf(a[e], b[e], sum);
+#pragma unroll
+      for (uint32_t f = 0; f < kFloat4s; ++f) dq[kFloat4s * i + f] = make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (uint32_t offset = kVectors / 2; offset > 0; offset /= 2) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    if (!valid || i % kVectors != 0) continue;
+    const size_t pair = i / kVectors;                  // row * heads + head
+    const uint32_t row = uint32_t(pair / args.heads), head = uint32_t(pair % args.heads);
+    const int32_t sequence = int32_t(row / args.seq);
+    const uint32_t q = row % args.seq;
+    const float lse = args.lse[(size_t(sequence) * args.heads + head) * args.seq + q];
+    write_stats(args, sequence, int32_t(head), q, lse == -kInf ? kInf : lse * pl::attn::kLog2e,
+                sum);
+    if (q + 1 == args.seq) {                           // the last tile's padding
+      for (uint32_t pad = args.seq; pad % kTileQ != 0; ++pad) {
+        write_stats(args, sequence, int32_t(head), pad, kInf, 0.0f);
+      }
+    }
+  }
+}
