@@ -32,6 +32,8 @@ constexpr uint32_t kKeySteps = kTileN / pl::wgmma::kK;        // of dQ
 constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);   // 64
 constexpr uint32_t kDsBytes = kTileN * kTileQ * sizeof(Element);  // one dS^T buffer
 constexpr uint32_t kDsBuffers = 2;
+constexpr uint32_t kStatsFloats = pl::attn::kStatsRows * kTileQ;   // one step's statistics
+constexpr uint32_t kStatsBytes = kStatsFloats * sizeof(float);
 constexpr uint32_t kColumnsPerThread = kScores / 2;           // query columns a thread holds
 constexpr uint32_t kBlocks = kTileQ / pl::epi::kBlockCols;    // 8-column blocks of S^T
 constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));   // softmax scale
@@ -45,6 +47,7 @@ static_assert(kTileQ == kBoxColumns,
 static_assert(kTileN == kRows || kTileN == 2 * kRows,
               "each warpgroup owns 64 keys: tile_n = 64 or 128");
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
+static_assert(kStatsFloats <= kThreads, "one thread stages each float of a step's statistics");
 static_assert(kDqColumns % kBoxColumns == 0,
               "each warpgroup's dQ columns are whole 64-column boxes: head_dim = 64 per "
               "warpgroup at least (tile_n 64 for head_dim 64)");
@@ -82,6 +85,29 @@ struct StepTile {
   int32_t len;
   bool partial;      // some element may be masked: ask per element
 };
+
+// A step's query statistics (pl::attn::stats_chunk: base-2 LSE and delta, one
+// contiguous chunk attn_bwd_prep wrote in this launch, so read through L2) go to a
+// shared buffer, one float per thread: loaded early, stored before the barrier that
+// publishes them to both warpgroups (ordinary loads and stores).
+__device__ __forceinline__ float load_stat(const float* stats, uint32_t thread) {
+  return thread < kStatsFloats ? __ldcg(stats + thread) : 0.0f;
+}
+
+__device__ __forceinline__ void store_stat(uint32_t buffer, float value, uint32_t thread) {
+  if (thread < kStatsFloats) {
+    asm volatile("st.shared.f32 [%0], %1;"
+                 :: "r"(pl::smem_addr(buffer + thread * uint32_t(sizeof(float)))), "f"(value)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ const float* stats_of(const pl_args_attn_bwd_core& args,
+                                                 const pl::WorkTile& tile,
+                                                 pl::attn::QueryStep qs) {
+  return args.stats + pl::attn::stats_chunk(tile.group, qs.head, qs.q_tile, args.heads,
+                                            args.q_tiles) * kStatsFloats;
+}
 
 // Two adjacent floats of a statistics row in shared memory.
 __device__ __forceinline__ float2 stats_pair(uint32_t stats_stage, uint32_t row, int32_t column) {
@@ -233,6 +259,14 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   pl::consumer_wait(at.port.v, st.v);
   const uint32_t k_stage = pl::stage_offset(at.port.k, st.k);
   const uint32_t v_stage = pl::stage_offset(at.port.v, st.v);
+  // The first step's statistics; each step stages the next one's before its barrier.
+  if (tile.k_tiles() > 0) {
+    store_stat(at.smem.stats,
+               load_stat(stats_of(args, tile, pl::attn::query_step(tile, tile.k_begin,
+                                                                  args.kv_group)), thread),
+               thread);
+    pl::named_sync(at.bar.ds_ready, kThreads);
+  }
   uint32_t n = 0;
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
     const pl::attn::QueryStep qs = pl::attn::query_step(tile, step, args.kv_group);
@@ -242,8 +276,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                                               t.kv_first, t.kv_first + int32_t(kRows));
     pl::consumer_wait(at.port.q, st.q);
     pl::consumer_wait(at.port.d_o, st.d_o);
-    pl::consumer_wait(at.port.stats, st.stats);
-    const uint32_t stats_stage = pl::stage_offset(at.port.stats, st.stats);
+    const uint32_t stats_stage = at.smem.stats + (n % kDsBuffers) * kStatsBytes;
     const uint32_t q_stage = pl::stage_offset(at.port.q, st.q);
     const uint32_t do_stage = pl::stage_offset(at.port.d_o, st.d_o);
     // K and V stay for the whole record: without this the compiler keeps their 24
@@ -254,6 +287,10 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     float s[kScores], dp[kScores], dq[kDq];
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
     issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
+    const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
+    const float next_stat = more ? load_stat(stats_of(args, tile, pl::attn::query_step(
+                                                 tile, step + 1, args.kv_group)), thread)
+                                 : 0.0f;
     pl::wgmma::wait<1>();
     pl::wgmma::fence_operands(s);
     probabilities(s, k, stats_stage, f, t);
@@ -263,9 +300,11 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     pl::attn::pack_a_operand(s, p_frag);
     pl::attn::pack_a_operand(dp, ds_frag);
     issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
-    // dS^T of every warpgroup in shared memory before any reads dS for dQ. Two buffers
-    // in turn: a warpgroup reaches step n's barrier only after its dQ of step n - 1 is
-    // done, so step n + 1's writes never meet step n - 1's reads.
+    if (more) store_stat(at.smem.stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, thread);
+    // dS^T of every warpgroup (and the next step's statistics) in shared memory before
+    // any reads them. Two buffers of each in turn: a warpgroup reaches step n's barrier
+    // only after it is done with step n - 1's, so step n + 1's writes never meet step
+    // n - 1's reads.
     const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
     store_score_grads(ds_buffer, ds_frag, f, first_key);
     pl::fence_proxy_async_smem();
@@ -280,16 +319,14 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     if (releaser) {
       pl::consumer_release(at.port.q, st.q);
       pl::consumer_release(at.port.d_o, st.d_o);
-      pl::consumer_release(at.port.stats, st.stats);
     }
     st.q.advance(at.port.q);
     st.d_o.advance(at.port.d_o);
-    st.stats.advance(at.port.stats);
     add_query_grads(dq, args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
                             size_t(qs.head) * kHeadDim,
                     args.heads, f, t, warpgroup * kDqColumns);
   }
-  // Every warpgroup's last dQ has read its dS before the next record writes buffer 0.
+  // Every warpgroup is done with the last step's buffers before the next record writes.
   if (n > 0) pl::named_sync(at.bar.ds_ready, kThreads);
   if (releaser) {
     pl::consumer_release(at.port.k, st.k);

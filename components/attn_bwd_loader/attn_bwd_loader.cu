@@ -1,6 +1,5 @@
 // attn_bwd_loader: one producer warp streaming an attention backward's K and V tiles
-// (once per key tile) and its Q and dO tiles and query statistics (once per query
-// step).
+// (once per key tile) and its Q and dO tiles (once per query step).
 #include "pl_attn_bwd_loader.h"
 
 using Params = pl_params_attn_bwd_loader;
@@ -13,7 +12,6 @@ constexpr uint32_t kBoxColumns = 128 / sizeof(Element);         // the maps' SWI
 constexpr uint32_t kBoxes = kHeadDim / kBoxColumns;             // boxes per tile
 constexpr uint32_t kTileBytesKV = kTileN * kHeadDim * sizeof(Element);
 constexpr uint32_t kTileBytesQ = kTileQ * kHeadDim * sizeof(Element);
-constexpr uint32_t kStatsBytes = pl::attn::kStatsRows * kTileQ * sizeof(float);
 constexpr uint32_t kMaxBoxRows = 256;                           // TMA box limit per dimension
 
 static_assert(kHeadDim % kBoxColumns == 0,
@@ -57,15 +55,7 @@ extern "C" __device__ void pl_attn_bwd_loader_producer(const pl_place_attn_bwd_l
     pl::producer_fill(at.port.d_o, st.d_o, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
       pl::attn::load_head_tile<kTileQ, kBoxes>(stage, args.tma_do, full, at_step.head, q_row);
     });
-    const float* stats = args.stats + pl::attn::stats_chunk(tile.group, at_step.head,
-                                                            at_step.q_tile, args.heads,
-                                                            args.q_tiles) *
-                                          pl::attn::kStatsRows * kTileQ;
-    pl::producer_fill(at.port.stats, st.stats, kStatsBytes, [&](uint32_t stage, uint32_t full) {
-      pl::tma::load_bulk(stage, stats, kStatsBytes, full);
-    });
     st.q.advance(at.port.q);
     st.d_o.advance(at.port.d_o);
-    st.stats.advance(at.port.stats);
   }
 }

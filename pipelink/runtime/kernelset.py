@@ -94,7 +94,6 @@ class KernelSet:
 
 def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -> None:
     """Registers the gradient kernels as the forward op's autograd formula."""
-    import torch
     input_names = forward.spec.input_names
     outputs = tuple(o.name for o in forward.spec.outputs)
     refs = {r for g in grads.values() for r in g["inputs"]}
@@ -133,15 +132,7 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
             result[position] = outs[index] if isinstance(outs, (tuple, list)) else outs
         return tuple(result)
 
-    if name not in _REGISTERED:
-        torch.library.register_autograd(f"{torch_ops.NAMESPACE}::{name}", backward,
-                                        setup_context=setup_context,
-                                        lib=torch_ops.library(name))
-        _REGISTERED.add(name)
-
-
-# Autograd formulas registered in this process (a name registers once, like its op).
-_REGISTERED: set[str] = set()
+    torch_ops.set_autograd(name, backward, setup_context)
 
 
 def _resolve(ref: str, env: dict[str, Any]) -> Any:

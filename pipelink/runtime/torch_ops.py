@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 NAMESPACE = "pipelink"
 _LIBRARIES: dict[str, Any] = {}     # op name -> torch.library.Library that defines it
 _OPS: dict[str, Op] = {}            # op name -> the loaded Op its CUDA kernel runs
-_REFUSING: set[str] = set()         # forward-only ops whose backward raises
 STREAM_WORKSPACES = 64              # eager workspaces kept, one per (device, stream)
 _STREAM_WORKSPACES: dict[tuple[int, int], Any] = {}
 
@@ -145,22 +144,53 @@ def register(op: Op) -> Any:
 def refuse_backward(op: Op) -> None:
     """Makes backpropagation through a forward-only op an error naming it. Without an
     autograd formula, PyTorch would hand back no gradient for its inputs and warn at
-    most: a model would train with q.grad silently None."""
-    import torch
+    most: a model would train with q.grad silently None. A formula set for the op
+    (set_autograd: its recipe's gradient kernels, loaded before or after) wins."""
     name = op_name(op.kernel.meta)
-    lib = _LIBRARIES.get(name)
-    if lib is None or name in _REFUSING:
+    if name not in _LIBRARIES or name in _AUTOGRAD:
+        return
+    message = (f"{op.name} has no backward kernel: it was loaded as a forward-only op, and "
+               "gradients cannot flow through it", str(op.kernel.folder))
+    _AUTOGRAD[name] = (None, None, message)
+    _install_autograd(name)
+
+
+def set_autograd(name: str, backward: Any, setup_context: Any) -> None:
+    """The autograd formula of op `name` (registered with torch once per process: later
+    calls replace what it runs)."""
+    _AUTOGRAD[name] = (backward, setup_context, None)
+    _install_autograd(name)
+
+
+# op name -> (backward, setup_context, refusal (message, where) when it has none).
+_AUTOGRAD: dict[str, tuple[Any, Any, tuple[str, str] | None]] = {}
+_INSTALLED: set[str] = set()
+
+
+def _install_autograd(name: str) -> None:
+    """torch.library takes one formula per op: it looks up _AUTOGRAD when it runs."""
+    import torch
+    if name in _INSTALLED:
         return
 
-    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        raise RuntimeLaunchError(
-            f"{op.name} has no backward kernel: it was loaded as a forward-only op, and "
-            "gradients cannot flow through it", where=str(op.kernel.folder),
-            hint="call it under torch.no_grad() or on detached inputs, or build a recipe "
-                 "with an autograd: section (kernels for the gradients)")
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        _, setup, _ = _AUTOGRAD[name]
+        if setup is not None:
+            setup(ctx, inputs, output)
 
-    torch.library.register_autograd(f"{NAMESPACE}::{name}", backward, lib=lib)
-    _REFUSING.add(name)
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        run, _, refusal = _AUTOGRAD[name]
+        if refusal is not None:
+            message, where = refusal
+            raise RuntimeLaunchError(
+                message, where=where,
+                hint="call it under torch.no_grad() or on detached inputs, or build a recipe "
+                     "with an autograd: section (kernels for the gradients)")
+        return run(ctx, *grads)
+
+    torch.library.register_autograd(f"{NAMESPACE}::{name}", backward,
+                                    setup_context=setup_context, lib=_LIBRARIES[name])
+    _INSTALLED.add(name)
 
 
 def library(name: str) -> Any:

@@ -30,11 +30,29 @@ RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
 def _changed_kernels(name: str) -> set[str] | None:
     """The kernels a recipe that ``extends:`` another writes over (None: it extends
     nothing). The others link exactly as the base's do (tests/unit/test_extends.py), so
-    they are not linked twice."""
+    they are not linked twice; nor is a kernel that only swaps function components (a
+    mask, a score modifier) or changes launch binds and checks: its objects and glue are the
+    base's but for the forwarders' targets (tests/unit/test_function_ports.py), and the
+    GPU build links it whole."""
     own = yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())
     if "extends" not in own:
         return None
-    return set(own.get("kernels", {})) if "kernels" in own else {"main"}
+    kernels = own["kernels"] if "kernels" in own else {"main": own}
+    return {k for k, spec in kernels.items()
+            if spec is not None and not _only_functions_swapped(spec)}
+
+
+def _only_functions_swapped(spec: dict) -> bool:
+    if set(spec) - {"instances", "launch"} or set(spec.get("launch") or {}) - {"bind", "require"}:
+        return False
+    return all(_is_function(i.get("component")) for i in (spec.get("instances") or {}).values())
+
+
+def _is_function(component: str | None) -> bool:
+    if component is None:
+        return False
+    contract = yaml.safe_load((ROOT / "components" / component / "contract.yaml").read_text())
+    return contract.get("kind") == "function"
 
 
 CASES = [(name, kernel, arch) for name in RECIPES
@@ -102,16 +120,19 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
     assert linked == sass_instructions(gemm["mono"].cubin)
 
 
-@pytest.mark.parametrize("name", ["attn_causal", "attn_block_sparse"])
-def test_attention_with_linked_functions_matches_monolithic_sass(out, name):
-    """The mask, score modifier and block layout reach the core through glue-defined
+@pytest.mark.parametrize("name,kernel,exps", [("attn_causal", "forward", 64),
+                                              ("attn_causal", "backward", 32),
+                                              ("attn_block_sparse", "forward", 64)])
+def test_attention_with_linked_functions_matches_monolithic_sass(out, name, kernel, exps):
+    """The mask, score modifier and block layout reach the cores through glue-defined
     forwarders: after LTO nothing of them remains but their inlined code, the same
-    instructions a single translation unit gives; P V reads P from registers."""
-    linked, mono = (sass_instructions(_link(out, name, "sm_90a", mode).cubin)
+    instructions a single translation unit gives; the register-A GEMMs read P (and dS)
+    from registers."""
+    linked, mono = (sass_instructions(_link(out, name, "sm_90a", mode, kernel).cubin)
                     for mode in ("linked", "mono"))
     assert linked == mono
     assert "CALL.REL.NOINC" not in linked and "CALL.ABS.NOINC" not in linked
-    assert any(op.startswith("HGMMA") for op in linked) and linked.count("MUFU.EX2") >= 64
+    assert any(op.startswith("HGMMA") for op in linked) and linked.count("MUFU.EX2") >= exps
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in linked}
 
 

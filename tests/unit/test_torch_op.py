@@ -199,3 +199,31 @@ def test_a_forward_only_op_refuses_backward():
     assert y.requires_grad
     with pytest.raises(PipeLinkError, match="has no backward kernel"):
         y.float().sum().backward()
+
+
+@pytest.mark.parametrize("refused_first", [True, False])
+def test_a_forward_loaded_alone_and_in_its_set_share_one_formula(refused_first):
+    """One process may load a kernel folder alone (forward-only: refused) and its recipe
+    whole (differentiable): torch takes one autograd formula per op, so the recipe's
+    gradient kernels win, whichever was loaded first."""
+    from pipelink.runtime.kernelset import KernelSet, _register_backward
+    from pipelink.runtime.torch_ops import refuse_backward
+    forward = _gemm_meta(f"tforward{int(refused_first)}", "x", "w", "y",
+                         (["M", "K"], ["N", "K"], ["M", "N"]))
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "tlin", "."
+    ks.kernels = {
+        "forward": Op.from_meta(forward, 132),
+        "dgrad": Op.from_meta(_gemm_meta(f"tdgrad{int(refused_first)}", "dy", "wt", "dx",
+                                         (["M", "N"], ["K", "N"], ["M", "K"])), 132)}
+    ks.forward_op, ks._returns = ks.kernels["forward"], None
+    alone = Op.from_meta(forward, 132)
+    if refused_first:
+        refuse_backward(alone)
+    _register_backward(ks.forward_op, {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}},
+                       ks)
+    refuse_backward(alone)
+    x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
+    alone(x, w).sum().backward()
+    assert x.grad.shape == x.shape

@@ -1,0 +1,194 @@
+"""Attention backward on the GPU: the backward kernels of attn_causal, attn_dense and
+attn_sliding (linked and monolithic; one attn_bwd_core object) against SDPA's backward
+(FlashAttention for causal and dense; for the window, the efficient kernel over a boolean
+mask, the fastest SDPA has for it) and torch.compile'd FlexAttention's backward with the
+same mask_mod, side by side in one run.
+
+    python -m tests.gpu.build attn_causal attn_dense attn_sliding     # build machine
+    python bench/attention_backward.py --json bench/attention_backward.json   # GPU
+    python bench/attention_backward.py --report bench/attention_backward.json
+
+Q, dO [B, S, H, D] and K, V [B, S, H, D] bf16; each variant is timed from the forward's
+saved state to dQ, dK and dV (ours: the backward kernel alone, its delta prep and dQ
+conversion phases included; the baselines: torch.autograd.grad through their forward,
+whose graph holds what they saved). TFLOP/s count the unmasked work, 10 D flops per
+(query, key) pair a query sees (the five GEMMs of the backward). Medians in ms: CUDA
+events, interleaved over two input sets; and triton.testing.do_bench (L2 flushed). Every
+variant's gradients are checked against SDPA's first.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from results_md import bench_main, put_section  # noqa: E402
+
+from bench.attention import dense_mask, mask_mod_of  # noqa: E402
+from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
+
+ROTATE = 2
+SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128)]   # B, H, S, D
+RECIPES = ("attn_causal", "attn_dense", "attn_sliding")
+FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
+TOLERANCE = 5e-2                  # max |diff| vs SDPA, relative to the gradient's max
+
+
+def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
+               rounds: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    mask_mod = mask_mod_of(recipe)
+    block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
+    boolean = dense_mask(mask_mod, s) if recipe == "attn_sliding" else None
+    causal = recipe == "attn_causal"
+    pairs = s * (s + 1) // 2 if causal else (s * s if boolean is None else int(boolean.sum()))
+    flex_compiled = torch.compile(flex_attention)
+
+    def leaves(t):  # noqa: ANN001, ANN202
+        return t.detach().transpose(1, 2).requires_grad_(True)
+
+    sets = []
+    for _ in range(ROTATE):
+        q, k, v, d_o = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
+                        for _ in range(4))
+        o, lse = kernels["linked"].forward(q, k, v)
+        sdpa_in = [leaves(t) for t in (q, k, v)]
+        sdpa_o = F.scaled_dot_product_attention(*sdpa_in, attn_mask=boolean, is_causal=causal)
+        flex_in = [leaves(t) for t in (q, k, v)]
+        flex_o = flex_compiled(*flex_in, block_mask=block_mask)
+        grads = tuple(torch.empty_like(t) for t in (q, k, v)) + (
+            torch.empty(b, h, -(-s // 64), 2, 64, device="cuda"),
+            torch.empty(b, s, h, d, device="cuda"))
+        sets.append({"ours": (d_o, q, k, v, o, lse), "grads": grads, "d_o": d_o,
+                     "sdpa": (sdpa_o, sdpa_in), "flex": (flex_o, flex_in)})
+    turn = [0]
+
+    def pick() -> dict:
+        turn[0] = (turn[0] + 1) % ROTATE
+        return sets[turn[0]]
+
+    def ours(op):  # noqa: ANN001, ANN202
+        def call() -> tuple:
+            x = pick()
+            return op(*x["ours"], out=x["grads"])[:3]
+        return call
+
+    def autograd(name: str):  # noqa: ANN202
+        def call() -> tuple:
+            x = pick()
+            out, inputs = x[name]
+            grads = torch.autograd.grad(out, inputs, x["d_o"].transpose(1, 2),
+                                        retain_graph=True)
+            return tuple(g.transpose(1, 2) for g in grads)
+        return call
+
+    fns = {"linked": ours(kernels["linked"].backward), "mono": ours(kernels["mono"].backward),
+           "sdpa": autograd("sdpa"), "flex": autograd("flex")}
+    errors = {}
+    for name, fn in fns.items():
+        turn[0] = ROTATE - 1
+        got = fn()
+        turn[0] = ROTATE - 1
+        want = fns["sdpa"]()
+        errors[name] = max(float((g.float() - w.float()).abs().max() / w.float().abs().max())
+                           for g, w in zip(got, want, strict=True))
+        if not errors[name] < TOLERANCE:
+            raise SystemExit(f"{recipe} {name} is wrong: max relative |diff| vs SDPA "
+                             f"{errors[name]:.3g}")
+    events = interleaved(fns, rounds, 1)
+    try:
+        from triton.testing import do_bench
+        flushed = {k: do_bench(f, warmup=10, rep=100, return_mode="median")
+                   for k, f in fns.items()}
+    except ImportError:
+        flushed = None
+    return {"events_ms": events, "do_bench_ms": flushed, "max_rel_diff_vs_sdpa": errors,
+            "pairs": pairs * b}
+
+
+def run(build: Path, rounds: int, out: Path | None) -> None:
+    import torch
+
+    import pipelink
+    torch._dynamo.config.cache_size_limit = 64    # one Flex compile per mask and shape
+    # Flex's compiled backward donates its buffers unless told not to, and the timing
+    # loop runs it many times over one graph (retain_graph).
+    torch._functorch.config.donated_buffer = False
+    peak, _ = ceilings()
+    rows = []
+    for recipe in RECIPES:
+        kernels = {"linked": pipelink.load(build / "sm_90a" / recipe),
+                   "mono": pipelink.load(build / "mono" / recipe)}
+        for b, h, s, d in SHAPES:
+            r = bench_case(kernels, b, h, s, d, recipe, rounds)
+            flops = FLOPS_PER_PAIR_AND_DIM * h * d * r["pairs"]
+            r.update(recipe=recipe, B=b, H=h, S=s, D=d, flops=flops,
+                     floor_ms=flops / peak / 1e9)
+            rows.append(r)
+            e = r["events_ms"]
+            print(f"{recipe} B{b} H{h} S{s} D{d} | linked {e['linked']:.3f} mono "
+                  f"{e['mono']:.3f} sdpa {e['sdpa']:.3f} flex {e['flex']:.3f} | "
+                  f"{flops / e['linked'] / 1e9:.0f} TFLOP/s, sdpa "
+                  f"{flops / e['sdpa'] / 1e9:.0f}", flush=True)
+    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "peak_tflops": peak, "rows": rows}
+    if out:
+        out.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def report(path: Path) -> None:
+    """Writes the '## Attention backward' section of RESULTS.md."""
+    data = json.loads(path.read_text())
+    rows = data["rows"]
+    lines = [f"## Attention backward ({data['gpu']})", "",
+             f"Generated by `python bench/attention_backward.py --report bench/{path.name}`; "
+             f"torch {data['torch']}. The backward kernels of recipes/attn_causal, attn_dense "
+             "and attn_sliding (window 1024): one attn_bwd_core object, the mask linked in; "
+             "against SDPA's backward (a boolean mask for the window) and torch.compile'd "
+             "FlexAttention's backward (the same mask_mod), from the forward's saved state "
+             "to dQ, dK and dV. Medians in ms (CUDA events, interleaved; do_bench with L2 "
+             "flushed); TFLOP/s of unmasked work (10 D flops per visible pair); floor: that "
+             f"work at the measured bf16 matmul peak ({data['peak_tflops']:.0f} TFLOP/s).", ""]
+    for recipe in RECIPES:
+        mine = [r for r in rows if r["recipe"] == recipe]
+        if not mine:
+            continue
+
+        def ratio(num: str, den: str, rows: list[dict] = mine,
+                  timer: str = "events_ms") -> float:
+            return geomean([r[timer][num] / r[timer][den] for r in rows])
+        flushed = all(r["do_bench_ms"] for r in mine)
+        lines.append(
+            f"- {recipe}: vs SDPA {ratio('sdpa', 'linked'):.2f}x (events)"
+            + (f", {ratio('sdpa', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
+               if flushed else "")
+            + f"; vs FlexAttention {ratio('flex', 'linked'):.2f}x (events)"
+            + (f", {ratio('flex', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
+               if flushed else "")
+            + f"; linked/mono {ratio('linked', 'mono'):.3f}")
+    lines += ["", "| recipe | B | H | S | D | linked | mono | SDPA | Flex | x SDPA | x Flex "
+              "| TFLOP/s linked | TFLOP/s SDPA | do_bench linked | do_bench SDPA | "
+              "do_bench Flex | floor |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+              "| --- | --- | --- | --- |"]
+    for r in rows:
+        e, d = r["events_ms"], r["do_bench_ms"] or {}
+        lines.append(f"| {r['recipe']} | {r['B']} | {r['H']} | {r['S']} | {r['D']} | "
+                     f"{e['linked']:.3f} | {e['mono']:.3f} | {e['sdpa']:.3f} | "
+                     f"{e['flex']:.3f} | {e['sdpa'] / e['linked']:.2f} | "
+                     f"{e['flex'] / e['linked']:.2f} | {r['flops'] / e['linked'] / 1e9:.0f} | "
+                     f"{r['flops'] / e['sdpa'] / 1e9:.0f} | {d.get('linked', 0):.3f} | "
+                     f"{d.get('sdpa', 0):.3f} | {d.get('flex', 0):.3f} | "
+                     f"{r['floor_ms']:.3f} |")
+    put_section("## Attention backward", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    bench_main(run, report, rounds=7)
