@@ -54,8 +54,8 @@ extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_
       sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     }
     if (!valid || i % kVectors != 0) continue;
-    const size_t pair = i / kVectors;                  // row * heads + head
-    const uint32_t row = uint32_t(pair / args.heads), head = uint32_t(pair % args.heads);
+    const uint32_t pair = uint32_t(i / kVectors);      // row * heads + head (32-bit division)
+    const uint32_t row = pair / args.heads, head = pair % args.heads;
     const int32_t sequence = int32_t(row / args.seq);
     const uint32_t q = row % args.seq;
     const float lse = args.lse[(size_t(sequence) * args.heads + head) * args.seq + q];
