@@ -217,6 +217,48 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
         out.write_text(json.dumps(data, indent=1) + "\n")
 
 
+def summary_lines(rows: list[dict], recipes: tuple[str, ...]) -> list[str]:
+    """Per recipe: geomean ratios against SDPA and Flex (both timers), linked/mono."""
+    lines = []
+    for recipe in recipes:
+        mine = [r for r in rows if r["recipe"] == recipe]
+        if not mine:
+            continue
+
+        def ratio(num: str, den: str, rows: list[dict] = mine,
+                  timer: str = "events_ms") -> float:
+            return geomean([r[timer][num] / r[timer][den] for r in rows])
+        flushed = all(r["do_bench_ms"] for r in mine)
+        lines.append(
+            f"- {recipe}: vs SDPA {ratio('sdpa', 'linked'):.2f}x (events)"
+            + (f", {ratio('sdpa', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
+               if flushed else "")
+            + f"; vs FlexAttention {ratio('flex', 'linked'):.2f}x (events)"
+            + (f", {ratio('flex', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
+               if flushed else "")
+            + f"; linked/mono {ratio('linked', 'mono'):.3f}")
+    return lines
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    """One table row per case: both timers, TFLOP/s of unmasked work, the floor."""
+    lines = ["| recipe | B | H | S | D | linked | mono | SDPA | Flex | x SDPA | x Flex "
+             "| TFLOP/s linked | TFLOP/s SDPA | do_bench linked | do_bench SDPA | "
+             "do_bench Flex | floor |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+             "| --- | --- | --- | --- |"]
+    for r in rows:
+        e, d = r["events_ms"], r["do_bench_ms"] or {}
+        lines.append(f"| {r['recipe']} | {r['B']} | {r['H']} | {r['S']} | {r['D']} | "
+                     f"{e['linked']:.3f} | {e['mono']:.3f} | {e['sdpa']:.3f} | "
+                     f"{e['flex']:.3f} | {e['sdpa'] / e['linked']:.2f} | "
+                     f"{e['flex'] / e['linked']:.2f} | {r['flops'] / e['linked'] / 1e9:.0f} | "
+                     f"{r['flops'] / e['sdpa'] / 1e9:.0f} | {d.get('linked', 0):.3f} | "
+                     f"{d.get('sdpa', 0):.3f} | {d.get('flex', 0):.3f} | "
+                     f"{r['floor_ms']:.3f} |")
+    return lines
+
+
 def report(path: Path) -> None:
     """Writes the '## Attention forward' section of RESULTS.md."""
     data = json.loads(path.read_text())
@@ -234,40 +276,13 @@ def report(path: Path) -> None:
              "TFLOP/s of unmasked work; floor: "
              f"that work at the measured bf16 matmul peak ({data['peak_tflops']:.0f} "
              "TFLOP/s).", ""]
-    for recipe in RECIPES:
-        mine = [r for r in rows if r["recipe"] == recipe]
-        if mine:
-            def ratio(num: str, den: str, rows: list[dict] = mine,
-                      timer: str = "events_ms") -> float:
-                return geomean([r[timer][num] / r[timer][den] for r in rows])
-            flushed = all(r["do_bench_ms"] for r in mine)
-            lines.append(
-                f"- {recipe}: vs SDPA {ratio('sdpa', 'linked'):.2f}x (events)"
-                + (f", {ratio('sdpa', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
-                   if flushed else "")
-                + f"; vs FlexAttention {ratio('flex', 'linked'):.2f}x (events)"
-                + (f", {ratio('flex', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
-                   if flushed else "")
-                + f"; linked/mono {ratio('linked', 'mono'):.3f}")
+    lines += summary_lines(rows, RECIPES)
     lines += ["", "Events time one call at a time, so they include each call's host overhead "
               "where the GPU waits for it (for torch.compile'd Flex the gap between the two, "
               "0.1-0.35 ms, is mostly that: its short masked kernels wait); do_bench "
               "queues calls back to back and flushes L2, which hides it. Both are what a "
-              "user can see: an eager model one, a captured or compiled one the other.", "",
-              "| recipe | B | H | S | D | linked | mono | SDPA | Flex | x SDPA | x Flex "
-              "| TFLOP/s linked | TFLOP/s SDPA | do_bench linked | do_bench SDPA | "
-              "do_bench Flex | floor |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-              "| --- | --- | --- | --- |"]
-    for r in rows:
-        e, d = r["events_ms"], r["do_bench_ms"] or {}
-        lines.append(f"| {r['recipe']} | {r['B']} | {r['H']} | {r['S']} | {r['D']} | "
-                     f"{e['linked']:.3f} | {e['mono']:.3f} | {e['sdpa']:.3f} | "
-                     f"{e['flex']:.3f} | {e['sdpa'] / e['linked']:.2f} | "
-                     f"{e['flex'] / e['linked']:.2f} | {r['flops'] / e['linked'] / 1e9:.0f} | "
-                     f"{r['flops'] / e['sdpa'] / 1e9:.0f} | {d.get('linked', 0):.3f} | "
-                     f"{d.get('sdpa', 0):.3f} | {d.get('flex', 0):.3f} | "
-                     f"{r['floor_ms']:.3f} |")
+              "user can see: an eager model one, a captured or compiled one the other.", ""]
+    lines += table_lines(rows)
     put_section("## Attention forward", "\n".join(lines))
 
 

@@ -86,12 +86,20 @@ struct StepTile {
   bool partial;      // some element may be masked: ask per element
 };
 
-// A step's query statistics (pl::attn::stats_chunk: base-2 LSE and delta, one
-// contiguous chunk attn_bwd_prep wrote in this launch, so read through L2) go to a
-// shared buffer, one float per thread: loaded early, stored before the barrier that
-// publishes them to both warpgroups (ordinary loads and stores).
-__device__ __forceinline__ float load_stat(const float* stats, uint32_t thread) {
-  return thread < kStatsFloats ? __ldcg(stats + thread) : 0.0f;
+// A step's query statistics (base-2 LSE and delta of its tile_q queries,
+// pl::attn::stats_index: written by attn_bwd_prep in this launch, so read through L2)
+// go to a shared buffer, one float per thread: loaded early, stored before the barrier
+// that publishes them to both warpgroups (ordinary loads and stores). A query past the
+// sequence gets LSE +inf and delta 0 (P = 0).
+__device__ __forceinline__ float load_stat(const pl_args_attn_bwd_core& args,
+                                           const pl::WorkTile& tile, pl::attn::QueryStep qs,
+                                           uint32_t thread) {
+  const uint32_t kind = thread / kTileQ;            // kLseRow, then kDeltaRow
+  const int32_t q = qs.q_tile * int32_t(kTileQ) + int32_t(thread % kTileQ);
+  if (thread >= kStatsFloats) return 0.0f;
+  if (q >= tile.m_end - tile.m_offset) return kind == pl::attn::kLseRow ? kInf : 0.0f;
+  return __ldcg(args.stats + pl::attn::stats_index(uint32_t(qs.head), kind, args.rows,
+                                                   tile.m_offset + q));
 }
 
 __device__ __forceinline__ void store_stat(uint32_t buffer, float value, uint32_t thread) {
@@ -100,13 +108,6 @@ __device__ __forceinline__ void store_stat(uint32_t buffer, float value, uint32_
                  :: "r"(pl::smem_addr(buffer + thread * uint32_t(sizeof(float)))), "f"(value)
                  : "memory");
   }
-}
-
-__device__ __forceinline__ const float* stats_of(const pl_args_attn_bwd_core& args,
-                                                 const pl::WorkTile& tile,
-                                                 pl::attn::QueryStep qs) {
-  return args.stats + pl::attn::stats_chunk(tile.group, qs.head, qs.q_tile, args.heads,
-                                            args.q_tiles) * kStatsFloats;
 }
 
 // Two adjacent floats of a statistics row in shared memory.
@@ -262,8 +263,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   // The first step's statistics; each step stages the next one's before its barrier.
   if (tile.k_tiles() > 0) {
     store_stat(at.smem.stats,
-               load_stat(stats_of(args, tile, pl::attn::query_step(tile, tile.k_begin,
-                                                                  args.kv_group)), thread),
+               load_stat(args, tile, pl::attn::query_step(tile, tile.k_begin, args.kv_group),
+                         thread),
                thread);
     pl::named_sync(at.bar.ds_ready, kThreads);
   }
@@ -288,9 +289,9 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
     issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
-    const float next_stat = more ? load_stat(stats_of(args, tile, pl::attn::query_step(
-                                                 tile, step + 1, args.kv_group)), thread)
-                                 : 0.0f;
+    const float next_stat =
+        more ? load_stat(args, tile, pl::attn::query_step(tile, step + 1, args.kv_group), thread)
+             : 0.0f;
     pl::wgmma::wait<1>();
     pl::wgmma::fence_operands(s);
     probabilities(s, k, stats_stage, f, t);

@@ -1,11 +1,10 @@
 // attn_bwd_prep: an attention backward's per-query statistics (base-2 LSE and delta =
-// rowsum(dO o O)) laid out per query tile, and dQ's fp32 accumulator zeroed.
+// rowsum(dO o O), pl::attn::stats_index), and dQ's fp32 accumulator zeroed.
 #include "pl_attn_bwd_prep.h"
 
 using Params = pl_params_attn_bwd_prep;
 
 constexpr uint32_t kHeadDim = Params::head_dim;
-constexpr uint32_t kTileQ = Params::tile_q;
 constexpr uint32_t kThreads = Params::warps * pl::kWarpThreads;
 constexpr uint32_t kVectors = kHeadDim / pl::vec::kBf16x8;     // threads per (row, head)
 constexpr uint32_t kFloat4s = pl::vec::kBf16x8 / 4;            // dQ float4 per thread
@@ -14,17 +13,6 @@ constexpr float kInf = __builtin_huge_valf();
 static_assert(kHeadDim % pl::vec::kBf16x8 == 0 && pl::kWarpThreads % kVectors == 0,
               "a row's 16-byte vectors share one warp: head_dim = 8, 16, ..., 256");
 
-// Query q's statistics (q may lie past the sequence: padding).
-__device__ __forceinline__ void write_stats(const pl_args_attn_bwd_prep& args, int32_t sequence,
-                                            int32_t head, uint32_t q, float lse, float delta) {
-  const uint32_t q_tiles = (args.seq + kTileQ - 1) / kTileQ;
-  float* chunk = args.stats + pl::attn::stats_chunk(sequence, head, int32_t(q / kTileQ),
-                                                    args.heads, q_tiles) *
-                                  pl::attn::kStatsRows * kTileQ;
-  chunk[pl::attn::kLseRow * kTileQ + q % kTileQ] = lse;
-  chunk[pl::attn::kDeltaRow * kTileQ + q % kTileQ] = delta;
-}
-
 // Every CTA's perspective, once per launch: warp-aligned strides, so every lane of a
 // warp runs every iteration and the row sums can shuffle.
 extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_prep& at,
@@ -32,7 +20,7 @@ extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_
                                                         const pl::KernelInfo&,
                                                         const pl::WorkTile&,
                                                         pl_state_attn_bwd_prep_elementwise&) {
-  const size_t total = size_t(args.batch) * args.seq * args.heads * kVectors;
+  const size_t total = size_t(args.rows) * args.heads * kVectors;
   const uint4* o = reinterpret_cast<const uint4*>(args.o);
   const uint4* d_o = reinterpret_cast<const uint4*>(args.d_o);
   float4* dq = reinterpret_cast<float4*>(args.dq_accum);
@@ -56,15 +44,11 @@ extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_
     if (!valid || i % kVectors != 0) continue;
     const uint32_t pair = uint32_t(i / kVectors);      // row * heads + head (32-bit division)
     const uint32_t row = pair / args.heads, head = pair % args.heads;
-    const int32_t sequence = int32_t(row / args.seq);
-    const uint32_t q = row % args.seq;
-    const float lse = args.lse[(size_t(sequence) * args.heads + head) * args.seq + q];
-    write_stats(args, sequence, int32_t(head), q, lse == -kInf ? kInf : lse * pl::attn::kLog2e,
-                sum);
-    if (q + 1 == args.seq) {                           // the last tile's padding
-      for (uint32_t pad = args.seq; pad % kTileQ != 0; ++pad) {
-        write_stats(args, sequence, int32_t(head), pad, kInf, 0.0f);
-      }
-    }
+    const uint32_t first = row / args.seq * args.seq;  // the sequence's first row
+    const float lse = args.lse[size_t(first) * args.lse_rows + size_t(head) * args.lse_heads +
+                               (row - first)];
+    args.stats[pl::attn::stats_index(head, pl::attn::kLseRow, args.rows, int32_t(row))] =
+        lse == -kInf ? kInf : lse * pl::attn::kLog2e;
+    args.stats[pl::attn::stats_index(head, pl::attn::kDeltaRow, args.rows, int32_t(row))] = sum;
   }
 }

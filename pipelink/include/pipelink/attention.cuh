@@ -76,18 +76,18 @@ __device__ __forceinline__ Span query_steps(Span q_tiles, uint32_t group) {
   return Span{q_tiles.begin, q_tiles.begin + (q_tiles.end - q_tiles.begin) * int32_t(group)};
 }
 
-// The per-query statistics of a backward step, as its prep phase lays them out for
-// one contiguous copy per query tile: kStatsRows rows of tile_q floats, row kLseRow the
-// forward's log-sum-exp in base 2 (log2(e) LSE; +inf where the query saw no key or lies
-// past the sequence, so its P is 0) and row kDeltaRow delta = rowsum(dO o O) (0 past the
-// sequence). Tile t of (sequence b, head h) is chunk (b heads + h) q_tiles + t.
+// The per-query statistics of an attention backward, as its prep phase writes them:
+// [heads, kStatsRows, rows] fp32, row kLseRow the forward's log-sum-exp in base 2
+// (log2(e) LSE; +inf where the query saw no key, so its P is 0) and row kDeltaRow
+// delta = rowsum(dO o O), both indexed by the query's row of Q (sequences or documents
+// back to back), so a step's statistics are two contiguous runs of tile_q floats.
 constexpr uint32_t kStatsRows = 2;
 constexpr uint32_t kLseRow = 0;
 constexpr uint32_t kDeltaRow = 1;
 
-__device__ __forceinline__ size_t stats_chunk(int32_t sequence, int32_t head, int32_t q_tile,
-                                              uint32_t heads, uint32_t q_tiles) {
-  return (size_t(sequence) * heads + uint32_t(head)) * q_tiles + uint32_t(q_tile);
+__device__ __forceinline__ size_t stats_index(uint32_t head, uint32_t row_kind, uint32_t rows,
+                                              int32_t row) {
+  return (size_t(head) * kStatsRows + row_kind) * rows + uint32_t(row);
 }
 
 // Where this thread's accumulator elements sit in a 64-row warpgroup slice (the layout
@@ -166,6 +166,41 @@ __device__ __forceinline__ void load_head_tile(uint32_t stage, const void* map, 
                  head, row);
   }
 }
+
+// A varlen scheduler's place in its documents (rows [cu_seqlens[b], cu_seqlens[b + 1])
+// of the packed tensors): the document holding its last record, that document's first
+// record and its rows. Record numbers only grow per block, so the cursor only moves
+// forward: finding a record's document is O(1) amortised. Offsets are clamped to [the
+// previous one, rows] and read through L2 (an earlier phase may have written them): a
+// malformed cu_seqlens leaves rows out but never addresses outside the tensors.
+struct DocumentCursor {
+  uint32_t document;
+  uint32_t first_record;
+  int32_t row_begin;
+  int32_t row_end;
+
+  __device__ static int32_t offset(const int32_t* cu_seqlens, uint32_t b, int32_t floor,
+                                   uint32_t rows) {
+    return min(max(__ldcg(cu_seqlens + b), floor), int32_t(rows));
+  }
+  __device__ void start(const int32_t* cu_seqlens, uint32_t documents, uint32_t rows) {
+    const int32_t begin = documents > 0 ? offset(cu_seqlens, 0, 0, rows) : 0;
+    *this = DocumentCursor{0, 0, begin,
+                           documents > 0 ? offset(cu_seqlens, 1, begin, rows) : begin};
+  }
+  // Moves to the document of record r, each document having records_of(length) of them;
+  // false past the last document.
+  template <class RecordsOf>
+  __device__ bool seek(uint32_t r, const int32_t* cu_seqlens, uint32_t documents,
+                       uint32_t rows, RecordsOf records_of) {
+    while (document < documents && r >= first_record + records_of(row_end - row_begin)) {
+      first_record += records_of(row_end - row_begin);
+      row_begin = row_end;
+      if (++document < documents) row_end = offset(cu_seqlens, document + 1, row_begin, rows);
+    }
+    return document < documents;
+  }
+};
 
 // The record a block takes next: its own block index first, then the next unclaimed
 // one from a global counter (a workspace counter the runtime zeroes before each launch),
