@@ -6,7 +6,8 @@ torch.compile'd FlexAttention's backward with the same mask_mod, side by side in
 run. attn_document packs the same B S tokens as one sequence of documents of 256 to 3072
 tokens, as bench/attention.py does.
 
-    python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_document  # build
+    python -m tests.gpu.build attn_causal attn_causal_deterministic attn_dense \
+        attn_sliding attn_document                                # build machine
     python bench/attention_backward.py --json bench/attention_backward.json   # GPU
     python bench/attention_backward.py --report bench/attention_backward.json
 
@@ -41,7 +42,8 @@ from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
 
 ROTATE = 2
 SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128)]   # B, H, S, D
-RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_document")
+RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
+           "attn_document")
 FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
 TOLERANCE = 5e-2                  # max |diff| vs SDPA, relative to the gradient's max
 
@@ -63,7 +65,7 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
     mask_mod = mask_mod_of(recipe, doc)
     block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
     boolean = dense_mask(mask_mod, s) if recipe in ("attn_sliding", "attn_document") else None
-    causal = recipe == "attn_causal"
+    causal = recipe in ("attn_causal", "attn_causal_deterministic")
     pairs = s * (s + 1) // 2 if causal else (s * s if boolean is None else int(boolean.sum()))
     flex_compiled = torch.compile(flex_attention)
 
@@ -80,8 +82,10 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
         sdpa_o = F.scaled_dot_product_attention(*sdpa_in, attn_mask=boolean, is_causal=causal)
         flex_in = [leaves(t) for t in (q, k, v)]
         flex_o = flex_compiled(*flex_in, block_mask=block_mask)
+        turns = b * s // 64 + (len(extra[0]) if documents else b + 1)   # the recipe's dq_turns
         grads = tuple(torch.empty_like(t) for t in ours[1:]) + (
-            torch.empty(h, 2, b * s, device="cuda"), torch.empty_like(ours[1], dtype=torch.float32))
+            torch.empty(h, 2, b * s, device="cuda"), torch.empty_like(ours[1], dtype=torch.float32),
+            torch.empty(h, turns, device="cuda", dtype=torch.int32))
         sets.append({"ours": (*ours, o, lse, *extra), "grads": grads, "d_o": d_o,
                      "sdpa": (sdpa_o, sdpa_in), "flex": (flex_o, flex_in)})
     turn = [0]

@@ -236,6 +236,29 @@ __device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* d
   }
 }
 
+// Deterministic mode: the dQ partial sums of one (query head, query tile) are added in
+// key-tile order. Each warpgroup waits until every key tile before its own has added
+// its share (a counter per query tile in dq_turns, both warpgroups of a key tile
+// counting 1 each), adds, and counts itself. Records go out in key-tile order and every
+// CTA of the persistent grid is resident, so the tiles waited on are running or done.
+// The query tile's first key tile comes from the mask's kv_range, which must agree
+// with its q_range at tile granularity (the shipped masks do).
+__device__ __forceinline__ uint32_t* query_turn(const pl_args_attn_bwd_core& args,
+                                                const pl::WorkTile& tile,
+                                                pl::attn::QueryStep qs) {
+  return reinterpret_cast<uint32_t*>(args.dq_turns) + size_t(qs.head) * args.turns_per_head +
+         uint32_t(tile.m_offset) / kTileQ + uint32_t(tile.group) + uint32_t(qs.q_tile);
+}
+
+__device__ __forceinline__ uint32_t turns_before(const pl::KernelInfo& k,
+                                                 const pl::WorkTile& tile, StepTile t) {
+  const pl::attn::Span keys = pl_attn_bwd_core_mask_kv_range(
+      k, t.q_first, min(t.q_first + int32_t(kTileQ), t.len), t.len);
+  const int32_t first = pl::attn::tiles_of(
+      pl::attn::Span{max(keys.begin, 0), min(keys.end, t.len)}, int32_t(kTileN)).begin;
+  return uint32_t(max(tile.m_block - first, 0)) * kWarpgroups;
+}
+
 // Consumer warpgroups' perspective, per record: the key tile's query steps in order;
 // dK and dV leave through the register ports once the record is done.
 extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at,
@@ -256,10 +279,9 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     dk[i] = 0.0f;
     dv[i] = 0.0f;
   }
-  pl::consumer_wait(at.port.k, st.k);
-  pl::consumer_wait(at.port.v, st.v);
-  const uint32_t k_stage = pl::stage_offset(at.port.k, st.k);
-  const uint32_t v_stage = pl::stage_offset(at.port.v, st.v);
+  pl::consumer_wait(at.port.kv, st.kv);
+  const uint32_t k_stage = pl::stage_offset(at.port.kv, st.kv);
+  const uint32_t v_stage = k_stage + kTileN * kHeadDim * uint32_t(sizeof(Element));
   // The first step's statistics; each step stages the next one's before its barrier.
   if (tile.k_tiles() > 0) {
     store_stat(at.smem.stats,
@@ -323,16 +345,22 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     }
     st.q.advance(at.port.q);
     st.d_o.advance(at.port.d_o);
-    add_query_grads(dq, args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
-                            size_t(qs.head) * kHeadDim,
-                    args.heads, f, t, warpgroup * kDqColumns);
+    float* dq_rows = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
+                     size_t(qs.head) * kHeadDim;
+    if (args.deterministic != 0) {
+      uint32_t* turn = query_turn(args, tile, qs);
+      const uint32_t mine = warpgroup == 0 ? at.bar.dq_turn_a : at.bar.dq_turn_b;
+      if (releaser) pl::counter_wait(turn, turns_before(k, tile, t));
+      pl::named_sync(mine, pl::kWarpgroupThreads);
+      add_query_grads(dq, dq_rows, args.heads, f, t, warpgroup * kDqColumns);
+      pl::named_sync(mine, pl::kWarpgroupThreads);
+      if (releaser) pl::counter_release(turn);
+    } else {
+      add_query_grads(dq, dq_rows, args.heads, f, t, warpgroup * kDqColumns);
+    }
   }
   // Every warpgroup is done with the last step's buffers before the next record writes.
   if (n > 0) pl::named_sync(at.bar.ds_ready, kThreads);
-  if (releaser) {
-    pl::consumer_release(at.port.k, st.k);
-    pl::consumer_release(at.port.v, st.v);
-  }
-  st.k.advance(at.port.k);
-  st.v.advance(at.port.v);
+  if (releaser) pl::consumer_release(at.port.kv, st.kv);
+  st.kv.advance(at.port.kv);
 }

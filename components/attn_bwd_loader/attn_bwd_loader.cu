@@ -38,14 +38,12 @@ extern "C" __device__ void pl_attn_bwd_loader_producer(const pl_place_attn_bwd_l
                                                        const pl::WorkTile& tile,
                                                        pl_state_attn_bwd_loader_producer& st) {
   const int32_t kv_row = tile.first_row(kTileN);
-  pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
+  pl::producer_fill(at.port.kv, st.kv, 2 * kTileBytesKV, [&](uint32_t stage, uint32_t full) {
     pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_k, full, tile.n_block, kv_row);
+    pl::attn::load_head_tile<kTileN, kBoxes>(stage + kTileBytesKV, args.tma_v, full,
+                                              tile.n_block, kv_row);
   });
-  pl::producer_fill(at.port.v, st.v, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
-    pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_v, full, tile.n_block, kv_row);
-  });
-  st.k.advance(at.port.k);
-  st.v.advance(at.port.v);
+  st.kv.advance(at.port.kv);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
     const pl::attn::QueryStep at_step = pl::attn::query_step(tile, step, args.kv_group);
     const int32_t q_row = tile.m_offset + at_step.q_tile * int32_t(kTileQ);

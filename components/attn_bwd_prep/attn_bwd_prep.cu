@@ -1,5 +1,6 @@
 // attn_bwd_prep: an attention backward's per-query statistics (base-2 LSE and delta =
-// rowsum(dO o O), pl::attn::stats_index), and dQ's fp32 accumulator zeroed.
+// rowsum(dO o O), pl::attn::stats_index), and dQ's fp32 accumulator and turn counters
+// zeroed.
 #include "pl_attn_bwd_prep.h"
 
 using Params = pl_params_attn_bwd_prep;
@@ -24,8 +25,9 @@ extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_
   const uint4* o = reinterpret_cast<const uint4*>(args.o);
   const uint4* d_o = reinterpret_cast<const uint4*>(args.d_o);
   float4* dq = reinterpret_cast<float4*>(args.dq_accum);
-  for (size_t i = size_t(blockIdx.x) * kThreads + pl::thread_in_role(at.role.elementwise);
-       i - pl::lane() < total; i += size_t(gridDim.x) * kThreads) {
+  const size_t first = size_t(blockIdx.x) * kThreads + pl::thread_in_role(at.role.elementwise);
+  for (size_t i = first; i < args.turns; i += size_t(gridDim.x) * kThreads) args.dq_turns[i] = 0;
+  for (size_t i = first; i - pl::lane() < total; i += size_t(gridDim.x) * kThreads) {
     const bool valid = i < total;
     float sum = 0.0f;
     if (valid) {
@@ -44,9 +46,9 @@ extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_
     if (!valid || i % kVectors != 0) continue;
     const uint32_t pair = uint32_t(i / kVectors);      // row * heads + head (32-bit division)
     const uint32_t row = pair / args.heads, head = pair % args.heads;
-    const uint32_t first = row / args.seq * args.seq;  // the sequence's first row
-    const float lse = args.lse[size_t(first) * args.lse_rows + size_t(head) * args.lse_heads +
-                               (row - first)];
+    const uint32_t start = row / args.seq * args.seq;  // the sequence's first row
+    const float lse = args.lse[size_t(start) * args.lse_rows + size_t(head) * args.lse_heads +
+                               (row - start)];
     args.stats[pl::attn::stats_index(head, pl::attn::kLseRow, args.rows, int32_t(row))] =
         lse == -kInf ? kInf : lse * pl::attn::kLog2e;
     args.stats[pl::attn::stats_index(head, pl::attn::kDeltaRow, args.rows, int32_t(row))] = sum;

@@ -19,7 +19,7 @@ O_ATOL, O_RTOL = 1.5e-2, 2e-2   # P rounded to bf16 before P V, O rounded to bf1
 LSE_ATOL = 2e-3                  # fp32 softmax statistics (MUFU exp2 and log)
 SOFTCAP = 30.0
 ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sliding",
-             "attn_document", "attn_block_sparse", "attn_paged")
+             "attn_document", "attn_block_sparse", "attn_paged", "attn_causal_deterministic")
 
 
 WINDOW = 1024   # attn_sliding: window_mask left 1024, right 0
@@ -97,7 +97,8 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
     torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
 
 
-BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document")
+BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
+            "attn_causal_deterministic")
 GRAD_CASES = [  # recipe, B, S, H, HKV
     ("attn_causal", 2, 256, 4, 4),      # whole tiles
     ("attn_causal", 1, 1000, 4, 2),     # S not a multiple of either tile, GQA
@@ -143,7 +144,8 @@ def test_backward_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
     nan = float("nan")
     out = (torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan),
            torch.full((h, 2, b * s), nan, device="cuda"),
-           torch.full(q.shape, nan, device="cuda"))
+           torch.full(q.shape, nan, device="cuda"),
+           torch.full((h, b * s // 64 + b + 1), -7, device="cuda", dtype=torch.int32))
     ks.backward(d_o, q, k, v, o, lse, out=out)
     for name, got, ref in zip(("dq", "dk", "dv"), out, want, strict=False):
         _close_grad(name, got, ref)
@@ -152,6 +154,28 @@ def test_backward_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
     o2.backward(d_o)
     for name, leaf, ref in zip(("q.grad", "k.grad", "v.grad"), leaves, want, strict=True):
         _close_grad(name, leaf.grad, ref)
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+def test_the_deterministic_backward_repeats_its_bits(build_dir, mode):
+    """attn_causal_deterministic adds dQ's partial sums in key-tile order: two runs give
+    the same bits (many key tiles per query tile, GQA), and the gradients are right."""
+    import torch
+
+    import pipelink
+    ks = pipelink.load(build_dir / mode / "attn_causal_deterministic")
+    b, s, h, hkv = 2, 1500, 4, 2
+    q, k, v = inputs(b, s, h, hkv, 128, seed=21)
+    d_o = torch.randn(q.shape, device="cuda",
+                      generator=torch.Generator(device="cuda").manual_seed(22)).to(q.dtype)
+    o, lse = ks.forward(q, k, v)
+    first = [t.clone() for t in ks.backward(d_o, q, k, v, o, lse)[:3]]
+    again = ks.backward(d_o, q, k, v, o, lse)[:3]
+    for name, x, y in zip(("dq", "dk", "dv"), first, again, strict=True):
+        assert torch.equal(x, y), f"{name} differs between two runs"
+    for name, got, ref in zip(("dq", "dk", "dv"), first,
+                              grad_reference(q, k, v, d_o, "attn_causal"), strict=True):
+        _close_grad(name, got, ref)
 
 
 DOCUMENTS = [  # document lengths, H, HKV
@@ -206,7 +230,8 @@ def test_document_gradients_stay_within_documents(build_dir, mode, lengths, h, h
     o, lse = ks.forward(q, k, v, cu)
     nan = float("nan")
     out = (torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan),
-           torch.full((h, 2, total), nan, device="cuda"), torch.full(q.shape, nan, device="cuda"))
+           torch.full((h, 2, total), nan, device="cuda"), torch.full(q.shape, nan, device="cuda"),
+           torch.full((h, total // 64 + len(lengths) + 1), -7, device="cuda", dtype=torch.int32))
     ks.backward(d_o, q, k, v, o, lse, cu, out=out)
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
     ks(*leaves, cu)[0].backward(d_o)
