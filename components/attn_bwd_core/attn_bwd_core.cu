@@ -34,7 +34,6 @@ constexpr uint32_t kDsBytes = kTileN * kTileQ * sizeof(Element);  // one dS^T bu
 constexpr uint32_t kDsBuffers = 2;
 constexpr uint32_t kStatsFloats = pl::attn::kStatsRows * kTileQ;   // one step's statistics
 constexpr uint32_t kStatsBytes = kStatsFloats * sizeof(float);
-constexpr uint32_t kColumnsPerThread = kScores / 2;           // query columns a thread holds
 constexpr uint32_t kBlocks = kTileQ / pl::epi::kBlockCols;    // 8-column blocks of S^T
 constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));   // softmax scale
 constexpr float kScaleLog2 = kScale * pl::attn::kLog2e;
@@ -185,7 +184,8 @@ __device__ __forceinline__ void issue_key_grads(float (&dk)[kGrads], float (&dv)
 // x [64 queries] tile, 128-byte swizzled: row r's 16-byte chunk c sits at chunk
 // c ^ (r % 8), so dQ's GEMM reads dS from it M-major. Fragment K step j, register r
 // holds 8-column block 2j + r / 2 of row half r % 2.
-__device__ __forceinline__ void store_score_grads(uint32_t buffer, const uint32_t (&ds)[kQuerySteps][4],
+__device__ __forceinline__ void store_score_grads(uint32_t buffer,
+                                                  const uint32_t (&ds)[kQuerySteps][4],
                                                   Fragment f, uint32_t first_key) {
   constexpr uint32_t kRegsPerBlockPair = 2;
 #pragma unroll
