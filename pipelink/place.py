@@ -98,18 +98,16 @@ def register_pool(warpgroups: int, regs_per_sm: int = 65536) -> int:
 def spread_registers(problem: Problem, p: Placement) -> tuple[int, ...]:
     """The kernel-level register budget. Contracts state what each role's code needs and
     the model gives each warpgroup that much; what the launch pool has left goes, in equal
-    steps of 8, to the warpgroups run only by warpgroup roles (wgmma, umma, setmaxnreg):
+    steps of 8, to the warpgroups that run a warpgroup role (wgmma, umma, setmaxnreg):
     the math warpgroups, the way CUTLASS gives its consumers 232 beside a 40-register
-    producer. Other warpgroups keep their need, so a producer still releases registers."""
+    producer. Other warpgroups keep their need, so a producer still releases registers.
+    A warpgroup role owns its four warps in its phase, so any other role on them runs in
+    another phase (an elementwise pass between two GEMMs, say) and gains from the spare
+    as well: it does not make the warpgroup give the spare up."""
     regs = list(p.warpgroup_regs)
     whole = {r.name for r in problem.roles if r.warpgroup}
-    owners: dict[int, set[str]] = {}   # roles of different phases may share a warp
-    for name, slot in p.roles.items():
-        for w in range(slot.warp_base, slot.warp_base + slot.warps):
-            owners.setdefault(w, set()).add(name)
-    math = [g for g in range(len(regs))
-            if all(owners.get(w) and owners[w] <= whole
-                   for w in range(g * WARPGROUP_WARPS, (g + 1) * WARPGROUP_WARPS))]
+    math = sorted({w // WARPGROUP_WARPS for name, slot in p.roles.items() if name in whole
+                   for w in range(slot.warp_base, slot.warp_base + slot.warps)})
     spare = register_pool(len(regs), problem.limits["regs_per_sm"]) - sum(regs)
     if not math or spare < SETMAXNREG_STEP * len(math):
         return tuple(regs)

@@ -8,8 +8,9 @@ from pipelink.place import place, register_pool
 from pipelink.problem import Problem, Role
 
 
-def role(name: str, warps: int, registers: int, warpgroup: bool = False) -> Role:
-    return Role(name, warps, registers, warpgroup, (name,), f"{name}.yaml")
+def role(name: str, warps: int, registers: int, warpgroup: bool = False,
+         live: tuple[int, int] | None = None) -> Role:
+    return Role(name, warps, registers, warpgroup, (name,), f"{name}.yaml", live)
 
 
 # (roles, placed setmaxnreg values per warpgroup)
@@ -24,6 +25,10 @@ CASES = {
     "capped": ((role("a", 4, 24), role("b", 4, 200, True)), (24, 256)),
     # A pool with no spare step left changes nothing.
     "full": ((role("load", 1, 40), role("mma", 8, 232, True)), (40, 232, 232)),
+    # A role of another phase on a math warpgroup's warps (an elementwise pass between
+    # two GEMMs) leaves it the spare: phases take turns on the warps.
+    "phases": ((role("load", 1, 40, live=(0, 1)), role("mma", 8, 168, True, live=(0, 1)),
+                role("pass", 12, 64, live=(1, 2))), (64, 216, 216)),
 }
 
 
