@@ -14,17 +14,9 @@ extern "C" __device__ void pl_moe_combine_combine(const pl_place_moe_combine& at
   const uint32_t vectors = args.cols / kVector;
   for (uint32_t t = blockIdx.x * Params::warps + warp; t < args.tokens;
        t += gridDim.x * Params::warps) {
-    for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) {
-      float acc[kVector] = {};
-      for (uint32_t j = 0; j < args.top_k; ++j) {
-        const int32_t row = args.slot_of[t * args.top_k + j];
-        if (row < 0) continue;
-        // rows were written earlier in this launch (another phase): an L2 load, never
-        // the non-coherent read-only path.
-        const uint4* in = reinterpret_cast<const uint4*>(args.rows + size_t(row) * args.cols);
-        pl::vec::add_scaled(acc, args.weights[t * args.top_k + j], __ldcg(in + v));
-      }
-      reinterpret_cast<uint4*>(args.out + size_t(t) * args.cols)[v] = pl::vec::pack(acc);
-    }
+    const size_t choices = size_t(t) * args.top_k;
+    pl::vec::weighted_row_sum(reinterpret_cast<uint4*>(args.out + size_t(t) * args.cols),
+                              nullptr, args.rows, args.cols, args.slot_of + choices,
+                              args.weights + choices, args.top_k, vectors);
   }
 }

@@ -5,6 +5,34 @@
 using Params = pl_params_moe_combine_backward;
 
 constexpr uint32_t kVector = pl::vec::kBf16x8;
+constexpr uint32_t kInFlight = pl::vec::kVectorsInFlight;   // per lane, per operand
+
+// A vector of dy and the same vector of the choice's row.
+struct VectorPair {
+  uint4 dy, row;
+};
+
+// One choice's row: d_row = p dy, and the lane's share of <dy, row> in column order,
+// kInFlight of the lane's vectors loaded before they are used (dy's again for each
+// choice: L1 hits).
+__device__ __forceinline__ float choice_backward(const uint4* dy, const uint4* row, uint4* d_row,
+                                                 float p, uint32_t vectors) {
+  float dot = 0.0f;
+  pl::vec::batched<kInFlight>(
+      pl::lane(), vectors, pl::kWarpThreads,
+      // rows were written earlier in this launch: an L2 load, never the non-coherent
+      // read-only path.
+      [&](uint32_t v) { return VectorPair{__ldg(dy + v), __ldcg(row + v)}; },
+      [&](uint32_t v, const VectorPair& x) {
+        float g[kVector], y[kVector];
+        pl::vec::unpack(x.dy, g);
+        pl::vec::unpack(x.row, y);
+#pragma unroll
+        for (uint32_t e = 0; e < kVector; ++e) dot += g[e] * y[e];
+        d_row[v] = pl::vec::pack(g, p);
+      });
+  return dot;
+}
 
 // One token's choices: each choice's row gradient, and its weight's gradient.
 __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backward& args,
@@ -12,27 +40,17 @@ __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backwar
   const uint4* dy = reinterpret_cast<const uint4*>(args.dy + size_t(t) * args.cols);
   for (uint32_t j = 0; j < args.top_k; ++j) {
     const uint32_t choice = t * args.top_k + j;
-    const int32_t row = args.slot_of[choice];
+    const int32_t row = __ldcg(args.slot_of + choice);   // written earlier in this launch
     if (row < 0) {
       if (pl::lane() == 0) args.dp[choice] = 0.0f;
       continue;
     }
-    const float p = args.weights[choice];
-    // rows and slot_of were written earlier in this launch: L2 loads, never the
-    // non-coherent read-only path.
-    const uint4* in = reinterpret_cast<const uint4*>(args.rows + size_t(row) * args.cols);
-    uint4* out = reinterpret_cast<uint4*>(args.d_rows + size_t(row) * args.cols);
-    float dot = 0.0f;
-    for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) {
-      float g[kVector], y[kVector];
-      pl::vec::unpack(__ldg(dy + v), g);
-      pl::vec::unpack(__ldcg(in + v), y);
-#pragma unroll
-      for (uint32_t i = 0; i < kVector; ++i) dot += g[i] * y[i];
-      out[v] = pl::vec::pack(g, p);
-    }
-    dot = pl::warp_sum(dot);
-    if (pl::lane() == 0) args.dp[choice] = dot;
+    const size_t offset = size_t(row) * args.cols;
+    const float dot = choice_backward(dy, reinterpret_cast<const uint4*>(args.rows + offset),
+                                      reinterpret_cast<uint4*>(args.d_rows + offset),
+                                      args.weights[choice], vectors);
+    const float sum = pl::warp_sum(dot);
+    if (pl::lane() == 0) args.dp[choice] = sum;
   }
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 
+#include "pipelink/warp.cuh"
+
 namespace pl::vec {
 
 constexpr uint32_t kBf16x8 = 8;   // bf16 per 16-byte vector
@@ -36,6 +38,79 @@ __device__ __forceinline__ void add_scaled(float (&acc)[kBf16x8], float scale, c
   unpack(v, f);
 #pragma unroll
   for (uint32_t i = 0; i < kBf16x8; ++i) acc[i] += scale * f[i];
+}
+
+// Memory-bound passes keep several loads in flight per thread before they use any, so
+// an SM has enough bytes outstanding to cover HBM's latency.
+constexpr uint32_t kVectorsInFlight = 4;
+
+// Visits i = first, first + stride, ... below count: load(i) for kBatch indices, then
+// use(i, loaded) for each; the indices left over one at a time. Whole batches only, so
+// no load is predicated and no register has to keep an old value for a skipped one.
+template <uint32_t kBatch, typename Index, typename Load, typename Use>
+__device__ __forceinline__ void batched(Index first, Index count, Index stride, Load load,
+                                        Use use) {
+  Index i = first;
+#pragma unroll 1
+  for (; i + (kBatch - 1) * stride < count; i += kBatch * stride) {
+    decltype(load(i)) x[kBatch];
+#pragma unroll
+    for (uint32_t n = 0; n < kBatch; ++n) x[n] = load(i + n * stride);
+#pragma unroll
+    for (uint32_t n = 0; n < kBatch; ++n) use(i + n * stride, x[n]);
+  }
+#pragma unroll 1
+  for (; i < count; i += stride) use(i, load(i));
+}
+
+// kBatch of a lane's vectors of a gather-sum (below), a warp apart, starting at v.
+template <uint32_t kBatch>
+__device__ __forceinline__ void weighted_row_sum_batch(uint32_t v, uint4* out, const uint4* base,
+                                                       const __nv_bfloat16* rows, size_t cols,
+                                                       const int32_t* slots,
+                                                       const float* weights, uint32_t count) {
+  float acc[kBatch][kBf16x8] = {};
+  if (base != nullptr) {
+#pragma unroll
+    for (uint32_t n = 0; n < kBatch; ++n) {
+      add_scaled(acc[n], 1.0f, __ldcg(base + v + n * kWarpThreads));
+    }
+  }
+#pragma unroll 1
+  for (uint32_t j = 0; j < count; ++j) {
+    const int32_t slot = __ldcg(slots + j);
+    if (slot < 0) continue;
+    const float w = weights != nullptr ? __ldcg(weights + j) : 1.0f;
+    const uint4* in = reinterpret_cast<const uint4*>(rows + size_t(slot) * cols) + v;
+    uint4 x[kBatch];
+#pragma unroll
+    for (uint32_t n = 0; n < kBatch; ++n) x[n] = __ldcg(in + n * kWarpThreads);
+#pragma unroll
+    for (uint32_t n = 0; n < kBatch; ++n) add_scaled(acc[n], w, x[n]);
+  }
+#pragma unroll
+  for (uint32_t n = 0; n < kBatch; ++n) out[v + n * kWarpThreads] = pack(acc[n]);
+}
+
+// A warp's share of one row of a gather-sum: out = base + sum_j weights[j] rows[slots[j]]
+// over the row's `vectors` 16-byte vectors, in fp32 and in j order, rounded once (a
+// negative slot adds nothing; null base or weights read as zero and ones). Every input
+// was written earlier in the launch, or may have been: L2 loads, never the non-coherent
+// path.
+__device__ __forceinline__ void weighted_row_sum(uint4* out, const uint4* base,
+                                                 const __nv_bfloat16* rows, size_t cols,
+                                                 const int32_t* slots, const float* weights,
+                                                 uint32_t count, uint32_t vectors) {
+  constexpr uint32_t kBatchSpan = kVectorsInFlight * kWarpThreads;
+  uint32_t v = lane();
+#pragma unroll 1
+  for (; v + kBatchSpan - kWarpThreads < vectors; v += kBatchSpan) {
+    weighted_row_sum_batch<kVectorsInFlight>(v, out, base, rows, cols, slots, weights, count);
+  }
+#pragma unroll 1
+  for (; v < vectors; v += kWarpThreads) {
+    weighted_row_sum_batch<1>(v, out, base, rows, cols, slots, weights, count);
+  }
 }
 
 }  // namespace pl::vec
