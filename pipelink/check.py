@@ -1556,6 +1556,7 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
             problems.add("autograd.returns", f"'{name}' is not an output of kernel "
                                              f"'{forward.kernel}'",
                          "outputs: " + (", ".join(f_outputs) or "none"))
+    _check_scratch(problems, section, kernels, forward.kernel, f_outputs)
     problems.raise_if_any()
     order = list(f_inputs)
     grads = {}
@@ -1567,7 +1568,78 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
     out: dict[str, Any] = {"forward": forward.kernel, "grads": grads}
     if returns:
         out["returns"] = list(returns)
+    if section.get("scratch"):
+        out["scratch"] = list(section["scratch"])
+        out["launches"] = _launch_order(problems, grads, kernels, section["scratch"])
+        problems.raise_if_any()
     return out
+
+
+def _launch_order(problems: _Problems, grads: dict[str, Any], kernels: dict[str, Any],
+                  scratch: list[str]) -> list[dict[str, Any]]:
+    """The backward's launches (one per kernel and inputs), each one that writes a
+    scratch tensor before those that read it; a cycle, or two launches writing one
+    tensor, is refused."""
+    launches: list[tuple[str, tuple[str, ...]]] = []
+    for g in grads.values():
+        if (g["kernel"], tuple(g["inputs"])) not in launches:
+            launches.append((g["kernel"], tuple(g["inputs"])))
+
+    def writes(launch: tuple[str, tuple[str, ...]]) -> set[str]:
+        specs = kernels[launch[0]].launch.get("inputs", {}).values()
+        return {ref for ref, spec in zip(launch[1], specs, strict=True) if spec.get("writes")}
+
+    writer: dict[str, int] = {}
+    for i, launch in enumerate(launches):
+        for name in writes(launch):
+            if name in writer:
+                problems.add("autograd.scratch",
+                             f"'{name}' is written by two gradient launches ('{launch[0]}' "
+                             f"and '{launches[writer[name]][0]}'): which one the other reads "
+                             "is not defined", "let one gradient kernel write each scratch "
+                                               "tensor")
+            writer[name] = i
+    order: list[int] = []
+    pending = list(range(len(launches)))
+    while pending:
+        ready = [i for i in pending
+                 if all(writer.get(r, i) in (*order, i) for r in launches[i][1] if r in scratch)]
+        if not ready:
+            problems.add("autograd.scratch",
+                         "the gradient launches read each other's scratch writes in a cycle: "
+                         + ", ".join(launches[i][0] for i in pending),
+                         "let the tensors one kernel writes be read only by later ones")
+            return []
+        order.append(ready[0])
+        pending.remove(ready[0])
+    return [{"kernel": launches[i][0], "inputs": list(launches[i][1])} for i in order]
+
+
+def _check_scratch(problems: _Problems, section: dict[str, Any], kernels: dict[str, Any],
+                   forward: str, f_outputs: dict[str, Any]) -> None:
+    """A gradient kernel may write into a forward output only when the section lists it
+    as scratch: an output the call does not return, which the backward then uses up."""
+    scratch = section.get("scratch") or []
+    hidden = [o for o in f_outputs if o not in (section.get("returns") or f_outputs)]
+    for name in scratch:
+        if name not in hidden:
+            problems.add("autograd.scratch",
+                         f"'{name}' is not a kept output of kernel '{forward}' (one the call "
+                         "does not return)",
+                         "kept outputs: " + (", ".join(hidden) or "none: list the returned "
+                                             "ones under autograd.returns"))
+    for x, grad in section["grads"].items():
+        if grad["kernel"] not in kernels:
+            continue                    # reported above
+        inputs = list(kernels[grad["kernel"]].launch.get("inputs", {}).items())
+        # a count that differs is reported above
+        for i, (ref, (name, spec)) in enumerate(zip(grad["inputs"], inputs, strict=False)):
+            if spec.get("writes") and ref not in scratch:
+                problems.add(f"autograd.grads.{x}.inputs[{i}]",
+                             f"kernel '{grad['kernel']}' writes into its input '{name}', and "
+                             f"'{ref}' is not scratch: the write would reach a tensor the "
+                             "caller or another gradient still reads",
+                             "pass a kept forward output listed under autograd.scratch")
 
 
 def _same_tensor(problems: _Problems, key: str, what: str, spec: dict[str, Any],

@@ -200,6 +200,14 @@ TENSOR = _obj({
                                            "an expression over the sizes elsewhere"},
 }, ["dtype", "shape"])
 
+INPUT_TENSOR = _obj({
+    **TENSOR["properties"],
+    "writes": {"type": "boolean",
+               "description": "the kernel writes into this input (a gradient kernel reusing "
+                              "a forward output's memory, say): its torch op declares the "
+                              "input mutated"},
+}, ["dtype", "shape"])
+
 LAUNCH = _obj(description="how the host launches the kernel", props={
     "grid": {"description": "host-side grid: integers or expressions over sizes",
              "type": "array", "items": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
@@ -208,7 +216,8 @@ LAUNCH = _obj(description="how the host launches the kernel", props={
     "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
                 "minItems": 3, "maxItems": 3,
                 "description": "cluster shape [x, y, z]; components that state one agree"},
-    "inputs": _map(TENSOR, "call(x, w): the op's positional inputs, name -> {dtype, shape}"),
+    "inputs": _map(INPUT_TENSOR, "call(x, w): the op's positional inputs, name -> {dtype, "
+                                 "shape, writes}"),
     "scalars": {"type": "object",
                 "propertyNames": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
                 "additionalProperties": {"type": "integer"},
@@ -288,6 +297,11 @@ AUTOGRAD = _obj({
                 "description": "the forward outputs the differentiable call returns "
                                "(default: all of them); the others are kept for the "
                                "backward"},
+    "scratch": {"type": "array", "items": IDENT, "minItems": 1, "uniqueItems": True,
+                "description": "kept forward outputs the gradient kernels may write into "
+                               "(inputs marked writes:) and that are released once no "
+                               "later gradient launch reads them: the backward then runs "
+                               "once per forward"},
 }, ["forward", "grads"], "a torch autograd op over the kernels (multi-kernel recipes)")
 
 RECIPE_SCHEMA: dict[str, Any] = _obj({

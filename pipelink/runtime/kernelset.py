@@ -51,7 +51,7 @@ class KernelSet:
         self._returns: tuple[int, ...] | None = None
         if self.autograd:
             self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
-            _register_backward(self.forward_op, self.autograd["grads"], self)
+            _register_backward(self.forward_op, self.autograd, self)
             names = [o.name for o in self.forward_op.spec.outputs]
             if self.autograd.get("returns"):
                 self._returns = tuple(names.index(n) for n in self.autograd["returns"])
@@ -92,8 +92,14 @@ class KernelSet:
         return f"<pipelink kernels {self.recipe}: {', '.join(self.kernels)}>"
 
 
-def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -> None:
+def _register_backward(forward: Op, section: dict[str, Any], kernels: KernelSet) -> None:
     """Registers the gradient kernels as the forward op's autograd formula."""
+    grads = section["grads"]
+    scratch = tuple(section.get("scratch") or ())
+    # With scratch, every launch runs, in the checker's order (a writer before its
+    # readers), and a scratch tensor is released after the last launch that reads it.
+    order = [(kernels._kernel(ln["kernel"], "autograd.launches"), tuple(ln["inputs"]))
+             for ln in section.get("launches") or ()]
     input_names = forward.spec.input_names
     outputs = tuple(o.name for o in forward.spec.outputs)
     refs = {r for g in grads.values() for r in g["inputs"]}
@@ -108,20 +114,44 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
         steps.append((input_names.index(x), op, tuple(g["inputs"]),
                       out_names.index(g.get("output") or out_names[0])))
 
+    # Outputs whose gradient no formula reads (what the forward keeps for the backward,
+    # index tensors) are not differentiable: autograd neither builds zero gradients for
+    # them (at MoE shapes those zeros were 1.6 GB and a memset per step) nor lets a loss
+    # through them pretend to backpropagate.
+    differentiable = {r.removeprefix(GRAD_PREFIX).removesuffix(TRANSPOSE_SUFFIX)
+                      for r in refs if r.startswith(GRAD_PREFIX)}
+
     # torch.library calls these with keywords: the parameter names are its.
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         values = dict(zip(input_names, inputs[:len(input_names)], strict=True))
         values.update(zip(outputs, output if len(outputs) > 1 else (output,), strict=True))
         ctx.save_for_backward(*(values[n] for n in saved))
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(*(values[o] for o in outputs if o not in differentiable))
+        ctx.grad_like = {o: (values[o].shape, values[o].dtype, values[o].device)
+                         for o in differentiable}
 
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
+        import torch
+        if scratch and getattr(ctx, "used_up", False):
+            raise RuntimeLaunchError(
+                f"{name}'s backward ran once already: it writes into and releases the "
+                f"tensors its forward kept ({', '.join(scratch)})",
+                hint="run the forward again for another backward (retain_graph=True "
+                     "cannot reuse this graph)")
         env = dict(zip(saved, ctx.saved_tensors, strict=True))
         for o, g in zip(outputs, grad_outputs, strict=True):
-            env[GRAD_PREFIX + o] = g
+            if o in differentiable:    # None when the loss did not use it: zeros
+                shape, dtype, device = ctx.grad_like[o]
+                env[GRAD_PREFIX + o] = g if g is not None else torch.zeros(
+                    shape, dtype=dtype, device=device)
         # One per argument the op was called with: its scalars (after the tensors, the
         # dispatcher dropping those left at their defaults) get none.
         result: list[Any] = [None] * len(ctx.needs_input_grad)
         launched: dict[tuple[int, tuple[str, ...]], Any] = {}   # one launch per kernel call
+        if scratch:
+            ctx.used_up = True
+            _run_in_order(order, env, launched, scratch)
         for position, op, args, index in steps:
             if not ctx.needs_input_grad[position]:
                 continue
@@ -133,6 +163,21 @@ def _register_backward(forward: Op, grads: dict[str, Any], kernels: KernelSet) -
         return tuple(result)
 
     torch_ops.set_autograd(name, backward, setup_context)
+
+
+def _run_in_order(order: list[tuple[Op, tuple[str, ...]]], env: dict[str, Any],
+                  launched: dict[tuple[int, tuple[str, ...]], Any],
+                  scratch: tuple[str, ...]) -> None:
+    """Every gradient launch in order; each scratch tensor's memory goes back to the
+    allocator after the last launch that reads it (as autograd frees what a node saved,
+    only earlier), so later launches' outputs can take it."""
+    import torch
+    last = {r: i for i, (_, args) in enumerate(order) for r in args if r in scratch}
+    for i, (op, args) in enumerate(order):
+        launched[(id(op), args)] = op.torch_op(*(_resolve(r, env) for r in args))
+        for r in (r for r, at in last.items() if at == i):
+            if not torch.compiler.is_compiling():   # traced tensors have no memory
+                env[r].untyped_storage().resize_(0)
 
 
 def _resolve(ref: str, env: dict[str, Any]) -> Any:

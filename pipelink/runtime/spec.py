@@ -33,6 +33,7 @@ class TensorSpec:
     dtype: str
     shape: tuple[Any, ...]          # int or expression text per dimension
     inplace: str | None = None      # outputs: the input this output is written over
+    writes: bool = False            # inputs: the kernel writes into it
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class LaunchSpec:
         launch = meta.get("launch") or {}
 
         def specs(key: str) -> tuple[TensorSpec, ...]:
-            return tuple(TensorSpec(s["name"], s["dtype"], tuple(s["shape"]), s.get("inplace"))
+            return tuple(TensorSpec(s["name"], s["dtype"], tuple(s["shape"]), s.get("inplace"),
+                                    bool(s.get("writes")))
                          for s in launch.get(key, []))
         inputs, outputs = specs("inputs"), specs("outputs")
         names = {s.name for s in (*inputs, *outputs)}

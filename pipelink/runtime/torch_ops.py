@@ -198,10 +198,12 @@ def library(name: str) -> Any:
 
 
 def schema(name: str, op: Op) -> str:
-    """Tensors, then the launch's scalars as ints with their defaults (by position: the
-    Python op takes them by keyword and passes them on in name order)."""
-    args = ", ".join([*(f"Tensor {n}" for n in op.spec.input_names),
-                      *(f"int {n}={d}" for n, d in op.spec.scalar_inputs)])
+    """Tensors (an input the kernel writes into marked mutated, so functionalization
+    orders and copies around it), then the launch's scalars as ints with their defaults
+    (by position: the Python op takes them by keyword and passes them on in name order)."""
+    tensors = [f"Tensor(a{i}!) {t.name}" if t.writes else f"Tensor {t.name}"
+               for i, t in enumerate(op.spec.inputs)]
+    args = ", ".join([*tensors, *(f"int {n}={d}" for n, d in op.spec.scalar_inputs)])
     outs = len(op.spec.outputs)
     returns = "Tensor" if outs == 1 else "(" + ", ".join(["Tensor"] * outs) + ")"
     return f"{name}({args}) -> {returns}"

@@ -50,6 +50,21 @@ def linear() -> dict[str, Any]:
     return copy.deepcopy(_LINEAR)
 
 
+def with_scratch() -> dict[str, Any]:
+    """linear() whose forward also keeps 'keep' [M, K], which dgrad writes into (its
+    scratch) and wgrad then reads: wgrad is listed first, dgrad must launch first."""
+    data = linear()
+    data["kernels"]["forward"]["launch"]["outputs"]["keep"] = {"dtype": "bf16",
+                                                               "shape": ["M", "K"]}
+    data["kernels"]["dgrad"]["launch"]["inputs"]["k"] = {"dtype": "bf16", "shape": ["M", "K"],
+                                                         "writes": True}
+    data["kernels"]["wgrad"]["launch"]["inputs"]["k"] = {"dtype": "bf16", "shape": ["M", "K"]}
+    data["autograd"] = {"forward": "forward", "returns": ["y"], "scratch": ["keep"],
+                        "grads": {"w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T", "keep"]},
+                                  "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T", "keep"]}}}
+    return data
+
+
 def two_toys() -> dict[str, Any]:
     """The launched toy kernel twice, as kernels 'a' and 'b' of one recipe."""
     kernel = {k: v for k, v in launched().items() if k in ("instances", "connect", "launch")}
@@ -136,6 +151,14 @@ def test_kernels_json_indexes_the_kernels_with_the_checked_autograd(tree):
                        "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"],
                              "output": "dw"}}}}
     assert text == json.dumps(doc, sort_keys=True, indent=1) + "\n"
+
+
+def test_scratch_orders_the_launches_writer_first(tree):
+    doc = json.loads(kernels_index(_write(tree, with_scratch()), "sm_90a"))
+    assert doc["autograd"]["scratch"] == ["keep"]
+    assert doc["autograd"]["launches"] == [
+        {"kernel": "dgrad", "inputs": ["grad.y", "w.T", "keep"]},
+        {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T", "keep"]}]
 
 
 def test_a_multi_kernel_recipe_without_autograd_indexes_null(tree):
@@ -233,6 +256,26 @@ CASES = [
          (f"{RECIPE}: autograd.grads.x.inputs[0]", "'grad.y' is bf16 with 2 dimensions, "
           "input 'dy' of kernel 'dgrad' is bf16 with 3 dimensions"),
          put("kernels.dgrad.launch.inputs.dy.shape", ["M", "N", "P"])),
+    # Scratch: what a gradient kernel may write into.
+    Case("scratch_that_the_call_returns", CheckError,
+         (f"{RECIPE}: autograd.scratch", "'y' is not a kept output of kernel 'forward'",
+          "kept outputs: none"), put("autograd.scratch", ["y"])),
+    Case("written_input_that_is_not_scratch", CheckError,
+         (f"{RECIPE}: autograd.grads.x.inputs[1]", "kernel 'dgrad' writes into its input "
+          "'wt', and 'w.T' is not scratch", "autograd.scratch"),
+         put("kernels.dgrad.launch.inputs.wt.writes", True)),
+    Case("scratch_written_by_two_launches", CheckError,
+         (f"{RECIPE}: autograd.scratch", "'keep' is written by two gradient launches"),
+         put("kernels.wgrad.launch.inputs.k.writes", True), with_scratch),
+    Case("scratch_writes_read_in_a_cycle", CheckError,
+         (f"{RECIPE}: autograd.scratch", "in a cycle"),
+         chain(put("kernels.forward.launch.outputs.keep2", {"dtype": "bf16", "shape": ["M"]}),
+               put("autograd.scratch", ["keep", "keep2"]),
+               put("kernels.dgrad.launch.inputs.k2", {"dtype": "bf16", "shape": ["M"]}),
+               put("kernels.wgrad.launch.inputs.k2", {"dtype": "bf16", "shape": ["M"],
+                                                      "writes": True}),
+               grad("x", "inputs", ["grad.y", "w.T", "keep", "keep2"]),
+               grad("w", "inputs", ["grad.y.T", "x.T", "keep", "keep2"])), with_scratch),
 ]
 
 

@@ -86,6 +86,40 @@ def _gemm_meta(kernel: str, a: str, b: str, out: str, shapes: tuple) -> dict:
     return meta
 
 
+def test_a_written_input_is_mutated_in_the_schema():
+    meta = _gemm_meta("writer", "x", "w", "y", (["M", "K"], ["N", "K"], ["M", "N"]))
+    meta["launch"]["inputs"][1]["writes"] = True
+    assert schema("n", Op.from_meta(meta, 132)) == "n(Tensor x, Tensor(a1!) w) -> Tensor"
+
+
+def test_scratch_backward_runs_once_and_kept_outputs_are_not_differentiable():
+    """A forward that keeps 'keep' for a gradient kernel that writes into it: the kept
+    output takes no gradient (autograd builds no zeros for it), the backward releases
+    it, and a second backward through the same graph is refused, naming the op."""
+    from pipelink.runtime.kernelset import KernelSet, _register_backward
+    forward = _gemm_meta("kforward", "x", "w", "y", (["M", "K"], ["N", "K"], ["M", "N"]))
+    forward["launch"]["outputs"].append({"name": "keep", "dtype": "bf16", "shape": ["M", "K"]})
+    dgrad = _gemm_meta("kdgrad", "dy", "k", "dx", (["M", "N"], ["M", "K"], ["M", "K"]))
+    dgrad["launch"]["inputs"][1]["writes"] = True
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "klin", "."
+    ks.kernels = {"forward": Op.from_meta(forward, 132), "dgrad": Op.from_meta(dgrad, 132)}
+    ks.forward_op, ks._returns = ks.kernels["forward"], (0,)
+    _register_backward(ks.forward_op, {
+        "grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "keep"]}},
+        "scratch": ["keep"], "launches": [{"kernel": "dgrad", "inputs": ["grad.y", "keep"]}]},
+        ks)
+    x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
+    y, keep = ks.forward_op(x, w)
+    assert y.requires_grad and not keep.requires_grad
+    y.sum().backward(retain_graph=True)
+    assert x.grad.shape == x.shape
+    assert keep.untyped_storage().nbytes() == 0          # released after its last reader
+    with pytest.raises(RuntimeLaunchError, match="backward ran once already"):
+        y.sum().backward()
+
+
 def test_autograd_runs_the_gradient_kernels():
     """Forward and backward through the registered ops, on meta tensors: shapes of every
     gradient follow the gradient kernels' launch sections."""
@@ -100,9 +134,9 @@ def test_autograd_runs_the_gradient_kernels():
         "wgrad": Op.from_meta(_gemm_meta("wgrad", "dyt", "xt", "dw",
                                          (["N", "M"], ["K", "M"], ["N", "K"])), 132)}
     ks.forward_op, ks._returns = ks.kernels["forward"], None
-    _register_backward(ks.forward_op, {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
-                                       "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}},
-                       ks)
+    _register_backward(ks.forward_op, {"grads": {
+        "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]},
+        "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"]}}}, ks)
     x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
     w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
     y = ks(x, w)
@@ -174,8 +208,8 @@ def test_autograd_with_scalars(s):
         "dgrad": Op.from_meta(_gemm_meta("sdgrad", "dy", "wt", "dx",
                                          (["M", "N"], ["K", "N"], ["M", "K"])), 132)}
     ks.forward_op, ks._returns = ks.kernels["forward"], None
-    _register_backward(ks.forward_op, {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}},
-                       ks)
+    _register_backward(ks.forward_op,
+                       {"grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}}}, ks)
     x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
     w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
     y = ks(x, w) if s is None else ks(x, w, s=s)
@@ -220,8 +254,8 @@ def test_a_forward_loaded_alone_and_in_its_set_share_one_formula(refused_first):
     alone = Op.from_meta(forward, 132)
     if refused_first:
         refuse_backward(alone)
-    _register_backward(ks.forward_op, {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}},
-                       ks)
+    _register_backward(ks.forward_op,
+                       {"grads": {"x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"]}}}, ks)
     refuse_backward(alone)
     x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
     w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
