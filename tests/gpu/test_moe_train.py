@@ -141,13 +141,16 @@ def test_moe_train_forward_and_backward_match_pytorch(build_dir, mode, case):
         assert share >= 0.6, f"the skewed case routes only {share:.0%} of tokens to expert 0"
     dy = (torch.randn(t, d, device="cuda") / 4).to(bf)
     _check_pre_activations(outs, w1)
+    # The backward writes dA over A, dH over H and dYp, then dXp, over Yp (the forward's
+    # kept tensors are its scratch); w1_grad then reads dA.
     saved = [outs[n] for n in ("probs", "topk_ids", "topk_w", "ends", "slot_of", "token_of",
-                               "xp", "a", "h", "yp")]
+                               "a", "h", "yp")]
     grads = ks.backward(dy, x, wr, w1, w2, *saved, out=_poison({
-        "dx": ((t, d), bf), "dwr": ((e, d), bf), "dw1": ((e, 2 * f, d), bf),
-        "dw2": ((e, d, f), bf), "dyp": ((rows, d), bf), "da": ((rows, 2 * f), bf),
-        "dp": ((t, k), f32), "dlogits": ((t, e), bf), "dh": ((rows, f), bf)}))
+        "dx": ((t, d), bf), "dwr": ((e, d), bf), "dw2": ((e, d, f), bf),
+        "dp": ((t, k), f32), "dlogits": ((t, e), bf)}))
     grads = dict(zip([o.name for o in ks.backward.spec.outputs], grads, strict=True))
+    grads["dw1"] = ks.w1_grad(outs["a"], outs["xp"], outs["ends"],
+                              out=_poison({"dw1": ((e, 2 * f, d), bf)}))
     torch.cuda.synchronize()
     y_ref, ref = _reference(x, wr, wg, wu, w2, outs["topk_ids"], dy)
     _close("y", outs["y"], y_ref)
@@ -158,9 +161,13 @@ def test_moe_train_forward_and_backward_match_pytorch(build_dir, mode, case):
     leaves = [v.clone().requires_grad_(True) for v in (x, wr, w1, w2)]
     y = ks(*leaves, top_k=k)
     assert torch.equal(y, outs["y"])
-    y.backward(dy)
+    y.backward(dy, retain_graph=True)
     for leaf, name in zip(leaves, ("dx", "dwr", "dw1", "dw2"), strict=True):
         assert torch.equal(leaf.grad, grads[name]), f"autograd's {name} differs"
+    # The backward used up the forward's kept tensors: a second one is refused.
+    from pipelink.errors import RuntimeLaunchError
+    with pytest.raises(RuntimeLaunchError, match="ran once already"):
+        y.backward(dy)
 
 
 BAD_CALLS = {  # what a caller gets wrong -> what the refusal must say

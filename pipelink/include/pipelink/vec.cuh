@@ -97,15 +97,16 @@ __device__ __forceinline__ void weighted_row_sum_batch(uint32_t v, uint4* out, c
 // negative slot adds nothing; null base or weights read as zero and ones). Every input
 // was written earlier in the launch, or may have been: L2 loads, never the non-coherent
 // path.
+template <uint32_t kBatch = kVectorsInFlight>
 __device__ __forceinline__ void weighted_row_sum(uint4* out, const uint4* base,
                                                  const __nv_bfloat16* rows, size_t cols,
                                                  const int32_t* slots, const float* weights,
                                                  uint32_t count, uint32_t vectors) {
-  constexpr uint32_t kBatchSpan = kVectorsInFlight * kWarpThreads;
+  constexpr uint32_t kBatchSpan = kBatch * kWarpThreads;
   uint32_t v = lane();
 #pragma unroll 1
   for (; v + kBatchSpan - kWarpThreads < vectors; v += kBatchSpan) {
-    weighted_row_sum_batch<kVectorsInFlight>(v, out, base, rows, cols, slots, weights, count);
+    weighted_row_sum_batch<kBatch>(v, out, base, rows, cols, slots, weights, count);
   }
 #pragma unroll 1
   for (; v < vectors; v += kWarpThreads) {
