@@ -1,11 +1,15 @@
 // moe_router: logits on the tensor cores, softmax and top-k in registers.
 //
-// A warp takes kTokens tokens (kMTiles m16 tiles) and all E <= max_experts experts
-// (kNTiles n8 tiles) and walks H in k16 steps: per step one Wr fragment per n tile,
-// shared by the m tiles. In the mma accumulator, row r of an m tile lives in the four
-// lanes of quad r % 8 (lane 4 g + t holds rows g and g + 8, columns 8 j + 2 t and
-// 8 j + 2 t + 1 of n tile j), so a row's softmax and top-k reduce over a quad with
-// two shuffles per step.
+// The CTA routes kBlockTokens tokens at a time (one m16 tile per warp) against all E
+// <= max_experts experts (kNTiles n8 tiles), walking H in chunks of kChunkK columns.
+// Each chunk of the block's X rows and of Wr's rows lands in one of kStages shared-
+// memory stages by cp.async (16-byte pieces; pieces past T, E or H are filled with
+// zeros), so the CTA keeps kStages - 1 chunks in flight while its warps multiply the
+// current one. A stage row is 128 bytes, its pieces swizzled (piece ^ row % 8) so the
+// eight rows an ldmatrix phase reads fall in distinct banks. In the mma accumulator,
+// row r of the m tile lives in the four lanes of quad r % 8 (lane 4 g + t holds rows g
+// and g + 8, columns 8 j + 2 t and 8 j + 2 t + 1 of n tile j), so a row's softmax and
+// top-k reduce over a quad with two shuffles per step.
 #include <cuda_bf16.h>
 
 #include "pl_moe_router.h"
@@ -13,22 +17,50 @@
 using Params = pl_params_moe_router;
 
 constexpr uint32_t kMmaM = 16, kMmaN = 8, kMmaK = 16;   // mma.sync m16n8k16
-constexpr uint32_t kMTiles = 2;                         // m tiles a warp holds
-constexpr uint32_t kTokens = kMTiles * kMmaM;           // tokens a warp routes at a time
 constexpr uint32_t kNTiles = Params::max_experts / kMmaN;
+constexpr uint32_t kThreads = Params::warps * pl::kWarpThreads;
+constexpr uint32_t kBlockTokens = Params::warps * kMmaM;   // tokens a CTA routes at a time
+constexpr uint32_t kStages = Params::stages;
+constexpr uint32_t kPieceBytes = 16;                    // one cp.async, one ldmatrix row
+constexpr uint32_t kPieceElems = kPieceBytes / sizeof(__nv_bfloat16);
+constexpr uint32_t kRowBytes = 128;                     // a stage row: kChunkK columns
+constexpr uint32_t kPieces = kRowBytes / kPieceBytes;
+constexpr uint32_t kChunkK = kRowBytes / sizeof(__nv_bfloat16);
+constexpr uint32_t kPairRows = 2 * kMmaN;               // experts one ldmatrix.x4 covers
+constexpr uint32_t kStageBytes = (kBlockTokens + Params::max_experts) * kRowBytes;
 constexpr uint32_t kQuad = 4;                           // lanes that share a row
 constexpr uint32_t kHalves = 2;                         // rows g and g + 8 of a lane
 constexpr uint32_t kHalfRows = kMmaM / kHalves;
 constexpr uint32_t kPairs = kNTiles;                    // column pairs a lane holds per row
 constexpr float kTaken = -1.0f;                         // below any probability
-static_assert(Params::max_experts % kMmaN == 0, "experts come in n8 tiles");
+static_assert(Params::max_experts % kPairRows == 0,
+              "experts load in pairs of n8 tiles: make max_experts a multiple of 16");
+static_assert(kStages >= 2, "a stage in flight beside the one in use: stages >= 2");
 
-// Two bf16 of `row` at columns [col, col + 2) as one register, 0 past the edge (H is
-// a multiple of 8, so a pair is in or out whole).
-__device__ __forceinline__ uint32_t pair_at(const __nv_bfloat16* m, uint32_t rows, uint32_t cols,
-                                            uint32_t row, uint32_t col) {
-  if (row >= rows || col >= cols) return 0;
-  return __ldg(reinterpret_cast<const uint32_t*>(m + size_t(row) * cols + col));
+// Byte offset of 16-byte piece `piece` of stage row `row` (the swizzle above).
+__device__ __forceinline__ uint32_t swizzled(uint32_t row, uint32_t piece) {
+  return row * kRowBytes + ((piece ^ (row % kPieces)) * kPieceBytes);
+}
+
+// 16 bytes from global into shared memory, asynchronously; `bytes` 0 writes zeros.
+__device__ __forceinline__ void copy_piece(uint32_t dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void commit_pieces() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Waits until at most PENDING of this thread's committed groups are in flight.
+template <uint32_t PENDING>
+__device__ __forceinline__ void wait_pieces() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -40,32 +72,75 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// logits[m][j]: the accumulators of m tile m, n tile j, for tokens [first, +kTokens).
-__device__ __forceinline__ void logits(float (&acc)[kMTiles][kNTiles][4],
-                                       const pl_args_moe_router& args, uint32_t first) {
-  const uint32_t g = pl::lane() / kQuad, t = pl::lane() % kQuad;
-  for (uint32_t k = 0; k < args.hidden; k += kMmaK) {
-    uint32_t a[kMTiles][4];
+// `count` rows of `m` ([rows, cols] row-major) from row `first`, columns [k, k +
+// kChunkK), into the stage rows at `stage`, every thread of the role a share.
+__device__ __forceinline__ void load_rows(uint32_t stage, const __nv_bfloat16* m, uint32_t rows,
+                                          uint32_t cols, uint32_t first, uint32_t count,
+                                          uint32_t k, uint32_t thread) {
+  for (uint32_t i = thread; i < count * kPieces; i += kThreads) {
+    const uint32_t row = i / kPieces, piece = i % kPieces;
+    const uint32_t r = first + row, col = k + piece * kPieceElems;
+    const bool inside = r < rows && col < cols;   // H % 8 == 0: a piece is in or out whole
+    const __nv_bfloat16* src = inside ? m + size_t(r) * cols + col : m;
+    copy_piece(stage + swizzled(row, piece), src, inside ? kPieceBytes : 0);
+  }
+}
+
+// Chunk `chunk` of the block's X rows and of Wr into `stage`: one cp.async group.
+__device__ __forceinline__ void load_chunk(uint32_t stage, const pl_args_moe_router& args,
+                                           uint32_t first, uint32_t chunk, uint32_t thread) {
+  const uint32_t k = chunk * kChunkK;
+  const uint32_t expert_rows = (args.experts + kPairRows - 1) / kPairRows * kPairRows;
+  load_rows(stage, args.x, args.tokens, args.hidden, first, kBlockTokens, k, thread);
+  load_rows(stage + kBlockTokens * kRowBytes, args.weight, args.experts, args.hidden, 0,
+            expert_rows, k, thread);
+}
+
+// acc[j] += this warp's m tile of the stage's X rows times n tile j of its Wr rows,
+// over the stage's kChunkK columns. ldmatrix.x4 lane l addresses: for A, row l % 16 and
+// k piece l / 16 (a0..a3: rows g / g + 8, k low / high); for B, expert 8 (l / 16) + l % 8
+// and k piece (l / 8) % 2 (b0, b1 of n tile 2p, then of 2p + 1).
+__device__ __forceinline__ void multiply_chunk(float (&acc)[kNTiles][4], uint32_t stage,
+                                               uint32_t warp, uint32_t experts) {
+  const uint32_t l = pl::lane();
+  const uint32_t a_row = warp * kMmaM + l % kMmaM;
+  const uint32_t b_row = kBlockTokens + (l / kPairRows) * kMmaN + l % kMmaN;
 #pragma unroll
-    for (uint32_t m = 0; m < kMTiles; ++m) {
-      const uint32_t row = first + m * kMmaM + g;
-      a[m][0] = pair_at(args.x, args.tokens, args.hidden, row, k + 2 * t);
-      a[m][1] = pair_at(args.x, args.tokens, args.hidden, row + kHalfRows, k + 2 * t);
-      a[m][2] = pair_at(args.x, args.tokens, args.hidden, row, k + 2 * t + kMmaK / 2);
-      a[m][3] = pair_at(args.x, args.tokens, args.hidden, row + kHalfRows,
-                        k + 2 * t + kMmaK / 2);
-    }
+  for (uint32_t kk = 0; kk < kChunkK / kMmaK; ++kk) {
+    const uint32_t piece = kk * (kMmaK / kPieceElems);
+    uint32_t a[4];
+    ldmatrix_x4(a, stage + swizzled(a_row, piece + l / kMmaM));
 #pragma unroll
-    for (uint32_t j = 0; j < kNTiles; ++j) {
-      if (j * kMmaN >= args.experts) break;
-      const uint32_t expert = j * kMmaN + g;
-      const uint32_t b0 = pair_at(args.weight, args.experts, args.hidden, expert, k + 2 * t);
-      const uint32_t b1 = pair_at(args.weight, args.experts, args.hidden, expert,
-                                  k + 2 * t + kMmaK / 2);
-#pragma unroll
-      for (uint32_t m = 0; m < kMTiles; ++m) mma_bf16(acc[m][j], a[m], b0, b1);
+    for (uint32_t p = 0; p < kNTiles / 2; ++p) {
+      if (p * kPairRows >= experts) break;
+      uint32_t b[4];
+      ldmatrix_x4(b, stage + swizzled(b_row + p * kPairRows, piece + (l / kMmaN) % 2));
+      mma_bf16(acc[2 * p], a, b[0], b[1]);
+      mma_bf16(acc[2 * p + 1], a, b[2], b[3]);   // zeros past E: its columns are masked
     }
   }
+}
+
+// logits[j]: the accumulators of n tile j for this warp's 16 tokens of the block at
+// `first`, the chunks streamed through the kStages stages.
+__device__ __forceinline__ void logits(float (&acc)[kNTiles][4], const pl_args_moe_router& args,
+                                       uint32_t stages, uint32_t first, uint32_t thread,
+                                       uint32_t warp, uint32_t barrier) {
+  const uint32_t chunks = (args.hidden + kChunkK - 1) / kChunkK;
+#pragma unroll
+  for (uint32_t s = 0; s + 1 < kStages; ++s) {   // one group per stage, even if empty
+    if (s < chunks) load_chunk(stages + s * kStageBytes, args, first, s, thread);
+    commit_pieces();
+  }
+  for (uint32_t c = 0; c < chunks; ++c) {
+    wait_pieces<kStages - 2>();                  // this thread's pieces of chunk c landed
+    pl::named_sync(barrier, kThreads);           // everyone's; and chunk c - 1 is done
+    const uint32_t next = c + kStages - 1;       // into the stage chunk c - 1 used
+    if (next < chunks) load_chunk(stages + next % kStages * kStageBytes, args, first, next, thread);
+    commit_pieces();
+    multiply_chunk(acc, stages + c % kStages * kStageBytes, warp, args.experts);
+  }
+  pl::named_sync(barrier, kThreads);             // the stages are free for the next block
 }
 
 __device__ __forceinline__ float quad_max(float v) {
@@ -155,28 +230,27 @@ __device__ __forceinline__ void route_row(float2 (&v)[kPairs], const pl_args_moe
   }
 }
 
-// Every CTA's perspective, once per launch: its token blocks, warp by warp.
+// Every CTA's perspective, once per launch: its blocks of kBlockTokens tokens.
 extern "C" __device__ void pl_moe_router_route(const pl_place_moe_router& at,
                                                const pl_args_moe_router& args,
                                                const pl::KernelInfo&, const pl::WorkTile&,
                                                pl_state_moe_router_route&) {
+  const uint32_t thread = pl::thread_in_role(at.role.route);
   const uint32_t warp = pl::warp_in_role(at.role.route);
   const uint32_t g = pl::lane() / kQuad;
-  for (uint32_t first = (blockIdx.x * Params::warps + warp) * kTokens; first < args.tokens;
-       first += gridDim.x * Params::warps * kTokens) {
-    float acc[kMTiles][kNTiles][4] = {};
-    logits(acc, args, first);
+  const uint32_t stages = pl::smem_addr(at.smem.stages);
+  for (uint32_t first = blockIdx.x * kBlockTokens; first < args.tokens;
+       first += gridDim.x * kBlockTokens) {
+    float acc[kNTiles][4] = {};
+    logits(acc, args, stages, first, thread, warp, at.bar.staged);
 #pragma unroll
-    for (uint32_t m = 0; m < kMTiles; ++m) {
+    for (uint32_t half = 0; half < kHalves; ++half) {
+      float2 v[kPairs];
 #pragma unroll
-      for (uint32_t half = 0; half < kHalves; ++half) {
-        float2 v[kPairs];
-#pragma unroll
-        for (uint32_t j = 0; j < kPairs; ++j) {
-          v[j] = make_float2(acc[m][j][2 * half], acc[m][j][2 * half + 1]);
-        }
-        route_row(v, args, first + m * kMmaM + half * kHalfRows + g);
+      for (uint32_t j = 0; j < kPairs; ++j) {
+        v[j] = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
       }
+      route_row(v, args, first + warp * kMmaM + half * kHalfRows + g);
     }
   }
 }
