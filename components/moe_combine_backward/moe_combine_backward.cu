@@ -34,23 +34,40 @@ __device__ __forceinline__ float choice_backward(const uint4* dy, const uint4* r
   return dot;
 }
 
-// One token's choices: each choice's row gradient, and its weight's gradient.
+// One token's choices: each choice's row gradient, and its weight's gradient. Lane j
+// holds choice j's row and weight (pl::vec::lane_choice): read once, not per choice.
 __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backward& args,
                                                uint32_t t, uint32_t vectors) {
   const uint4* dy = reinterpret_cast<const uint4*>(args.dy + size_t(t) * args.cols);
+  const size_t first = size_t(t) * args.top_k;
+  // slot_of was written earlier in this launch: L2 loads (lane_choice), never __ldg
+  const pl::vec::Choice mine =
+      pl::vec::lane_choice(args.slot_of + first, args.weights + first, args.top_k);
   for (uint32_t j = 0; j < args.top_k; ++j) {
-    const uint32_t choice = t * args.top_k + j;
-    const int32_t row = __ldcg(args.slot_of + choice);   // written earlier in this launch
-    if (row < 0) {
-      if (pl::lane() == 0) args.dp[choice] = 0.0f;
+    const pl::vec::Choice c = pl::vec::choice(mine, j);
+    if (c.slot < 0) {
+      if (pl::lane() == 0) args.dp[first + j] = 0.0f;
       continue;
     }
-    const size_t offset = size_t(row) * args.cols;
+    const size_t offset = size_t(c.slot) * args.cols;
     const float dot = choice_backward(dy, reinterpret_cast<const uint4*>(args.rows + offset),
-                                      reinterpret_cast<uint4*>(args.d_rows + offset),
-                                      args.weights[choice], vectors);
+                                      reinterpret_cast<uint4*>(args.d_rows + offset), c.weight,
+                                      vectors);
     const float sum = pl::warp_sum(dot);
-    if (pl::lane() == 0) args.dp[choice] = sum;
+    if (pl::lane() == 0) args.dp[first + j] = sum;
+  }
+}
+
+// Rows [first 32, first 32 + 32) that hold no token (padding) zeroed by the warp: one
+// load of token_of per lane, then the padding rows one after another.
+__device__ __forceinline__ void zero_padding(const pl_args_moe_combine_backward& args,
+                                             uint32_t group, uint32_t vectors) {
+  const uint32_t r = group * pl::kWarpThreads + pl::lane();
+  const bool padding = r < args.total_rows && __ldcg(args.token_of + r) < 0;
+  for (uint32_t rows = __ballot_sync(~0u, padding); rows != 0; rows &= rows - 1) {
+    const uint32_t row = group * pl::kWarpThreads + __ffs(rows) - 1;
+    uint4* out = reinterpret_cast<uint4*>(args.d_rows + size_t(row) * args.cols);
+    for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) out[v] = uint4{};
   }
 }
 
@@ -63,9 +80,6 @@ extern "C" __device__ void pl_moe_combine_backward_backward(
   const uint32_t first = blockIdx.x * Params::warps + warp;
   const uint32_t stride = gridDim.x * Params::warps;
   for (uint32_t t = first; t < args.tokens; t += stride) token_backward(args, t, vectors);
-  for (uint32_t r = first; r < args.total_rows; r += stride) {
-    if (__ldcg(args.token_of + r) >= 0) continue;
-    uint4* out = reinterpret_cast<uint4*>(args.d_rows + size_t(r) * args.cols);
-    for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) out[v] = uint4{};
-  }
+  const uint32_t groups = (args.total_rows + pl::kWarpThreads - 1) / pl::kWarpThreads;
+  for (uint32_t g = first; g < groups; g += stride) zero_padding(args, g, vectors);
 }

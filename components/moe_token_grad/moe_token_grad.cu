@@ -5,10 +5,6 @@ using Params = pl_params_moe_token_grad;
 
 constexpr uint32_t kVector = pl::vec::kBf16x8;
 
-// Vectors per lane in flight: the scatter is the backward's last phase, and four put
-// moe_train's backward over its register budget (ptxas spilled on twelve warps).
-constexpr uint32_t kInFlight = 2;
-
 // Every CTA's perspective, once per launch: its tokens, warp by warp.
 extern "C" __device__ void pl_moe_token_grad_scatter(const pl_place_moe_token_grad& at,
                                                      const pl_args_moe_token_grad& args,
@@ -19,7 +15,7 @@ extern "C" __device__ void pl_moe_token_grad_scatter(const pl_place_moe_token_gr
   for (uint32_t t = blockIdx.x * Params::warps + warp; t < args.tokens;
        t += gridDim.x * Params::warps) {
     uint4* dx = reinterpret_cast<uint4*>(args.dx + size_t(t) * args.cols);
-    pl::vec::weighted_row_sum<kInFlight>(dx, args.accumulate ? dx : nullptr, args.d_rows, args.cols,
+    pl::vec::weighted_row_sum(dx, args.accumulate ? dx : nullptr, args.d_rows, args.cols,
                               args.slot_of + size_t(t) * args.top_k, nullptr, args.top_k,
                               vectors);
   }

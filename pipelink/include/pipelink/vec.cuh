@@ -63,12 +63,56 @@ __device__ __forceinline__ void batched(Index first, Index count, Index stride, 
   for (; i < count; i += stride) use(i, load(i));
 }
 
-// kBatch of a lane's vectors of a gather-sum (below), a warp apart, starting at v.
+// One choice of a gather-sum, held by lane j for choice j: the warp reads each slot and
+// weight once per row, and passes them round with a shuffle per use.
+struct Choice {
+  int32_t slot;   // the row; negative: none
+  float weight;
+};
+
+__device__ __forceinline__ Choice lane_choice(const int32_t* slots, const float* weights,
+                                              uint32_t count) {
+  const uint32_t j = lane();
+  if (j >= count) return {-1, 0.0f};
+  return {__ldcg(slots + j), weights != nullptr ? __ldcg(weights + j) : 1.0f};
+}
+
+__device__ __forceinline__ Choice choice(const Choice& mine, uint32_t j) {
+  return {__shfl_sync(~0u, mine.slot, j), __shfl_sync(~0u, mine.weight, j)};
+}
+
+// kBatch of a lane's vectors of row `slot`, a warp apart from vector v.
+template <uint32_t kBatch>
+__device__ __forceinline__ void load_batch(uint4 (&x)[kBatch], const __nv_bfloat16* rows,
+                                           size_t cols, int32_t slot, uint32_t v) {
+  const uint4* in = reinterpret_cast<const uint4*>(rows + size_t(slot) * cols) + v;
+#pragma unroll
+  for (uint32_t n = 0; n < kBatch; ++n) x[n] = __ldcg(in + n * kWarpThreads);
+}
+
+template <uint32_t kBatch>
+__device__ __forceinline__ void add_batch(float (&acc)[kBatch][kBf16x8], float w,
+                                          const uint4 (&x)[kBatch]) {
+#pragma unroll
+  for (uint32_t n = 0; n < kBatch; ++n) add_scaled(acc[n], w, x[n]);
+}
+
+// acc += one choice's kBatch vectors (nothing for a negative slot).
+template <uint32_t kBatch>
+__device__ __forceinline__ void add_choice(float (&acc)[kBatch][kBf16x8], const Choice& c,
+                                           const __nv_bfloat16* rows, size_t cols, uint32_t v) {
+  if (c.slot < 0) return;
+  uint4 x[kBatch];
+  load_batch(x, rows, cols, c.slot, v);
+  add_batch(acc, c.weight, x);
+}
+
+// kBatch of a lane's vectors of a gather-sum (below), a warp apart, starting at v. The
+// choices go two at a time: both loads in flight before either is added (in order).
 template <uint32_t kBatch>
 __device__ __forceinline__ void weighted_row_sum_batch(uint32_t v, uint4* out, const uint4* base,
                                                        const __nv_bfloat16* rows, size_t cols,
-                                                       const int32_t* slots,
-                                                       const float* weights, uint32_t count) {
+                                                       const Choice& mine, uint32_t count) {
   float acc[kBatch][kBf16x8] = {};
   if (base != nullptr) {
 #pragma unroll
@@ -76,41 +120,47 @@ __device__ __forceinline__ void weighted_row_sum_batch(uint32_t v, uint4* out, c
       add_scaled(acc[n], 1.0f, __ldcg(base + v + n * kWarpThreads));
     }
   }
+  uint32_t j = 0;
 #pragma unroll 1
-  for (uint32_t j = 0; j < count; ++j) {
-    const int32_t slot = __ldcg(slots + j);
-    if (slot < 0) continue;
-    const float w = weights != nullptr ? __ldcg(weights + j) : 1.0f;
-    const uint4* in = reinterpret_cast<const uint4*>(rows + size_t(slot) * cols) + v;
-    uint4 x[kBatch];
-#pragma unroll
-    for (uint32_t n = 0; n < kBatch; ++n) x[n] = __ldcg(in + n * kWarpThreads);
-#pragma unroll
-    for (uint32_t n = 0; n < kBatch; ++n) add_scaled(acc[n], w, x[n]);
+  for (; j + 1 < count; j += 2) {
+    const Choice first = choice(mine, j), second = choice(mine, j + 1);
+    if (first.slot >= 0 && second.slot >= 0) {   // warp-uniform: the usual case
+      uint4 x0[kBatch], x1[kBatch];
+      load_batch(x0, rows, cols, first.slot, v);
+      load_batch(x1, rows, cols, second.slot, v);
+      add_batch(acc, first.weight, x0);
+      add_batch(acc, second.weight, x1);
+    } else {
+      add_choice(acc, first, rows, cols, v);
+      add_choice(acc, second, rows, cols, v);
+    }
   }
+  if (j < count) add_choice(acc, choice(mine, j), rows, cols, v);
 #pragma unroll
   for (uint32_t n = 0; n < kBatch; ++n) out[v + n * kWarpThreads] = pack(acc[n]);
 }
 
 // A warp's share of one row of a gather-sum: out = base + sum_j weights[j] rows[slots[j]]
 // over the row's `vectors` 16-byte vectors, in fp32 and in j order, rounded once (a
-// negative slot adds nothing; null base or weights read as zero and ones). Every input
-// was written earlier in the launch, or may have been: L2 loads, never the non-coherent
-// path.
-template <uint32_t kBatch = kVectorsInFlight>
+// negative slot adds nothing; null base or weights read as zero and ones). count is at
+// most a warp's lanes (lane j holds choice j). Every input was written earlier in the
+// launch, or may have been: L2 loads, never the non-coherent path. kBatch vectors per
+// lane of each of two choices: kVectorsInFlight loads outstanding.
+template <uint32_t kBatch = kVectorsInFlight / 2>
 __device__ __forceinline__ void weighted_row_sum(uint4* out, const uint4* base,
                                                  const __nv_bfloat16* rows, size_t cols,
                                                  const int32_t* slots, const float* weights,
                                                  uint32_t count, uint32_t vectors) {
   constexpr uint32_t kBatchSpan = kBatch * kWarpThreads;
+  const Choice mine = lane_choice(slots, weights, count);
   uint32_t v = lane();
 #pragma unroll 1
   for (; v + kBatchSpan - kWarpThreads < vectors; v += kBatchSpan) {
-    weighted_row_sum_batch<kBatch>(v, out, base, rows, cols, slots, weights, count);
+    weighted_row_sum_batch<kBatch>(v, out, base, rows, cols, mine, count);
   }
 #pragma unroll 1
   for (; v < vectors; v += kWarpThreads) {
-    weighted_row_sum_batch<1>(v, out, base, rows, cols, slots, weights, count);
+    weighted_row_sum_batch<1>(v, out, base, rows, cols, mine, count);
   }
 }
 
