@@ -36,6 +36,9 @@ from results_md import bench_main, put_section  # noqa: E402
 from pipelink import interleave_gate_up  # noqa: E402
 
 ROTATE = 2
+# do_bench's default 100 ms holds three 30 ms training steps: too few for a median;
+# the variants take turns over three rounds of 500 ms each.
+DO_BENCH_MS, DO_BENCH_ROUNDS = 500, 3
 CONFIGS = [("mixtral-like", 8192, 8, 4096, 14336, 2), ("fine-grained", 16384, 64, 2048, 1408, 6)]
 # What the backward kernel reads of the forward's outputs (a, h and yp are its scratch:
 # it writes dA, dH, dYp and dXp over them), then what w1_grad reads.
@@ -130,7 +133,8 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
         phases = None if clocked is None else phase_split(clocked, sets[0], k)
         flops_fwd = 2 * t * k * d * 3 * f + 2 * t * d * e
         row = {"config": name, "tokens": t, "top_k": k, "E": e, "D": d, "F": f,
-               "train": interleaved(fns, rounds, 1), "train_do_bench": flushed(fns),
+               "train": interleaved(fns, rounds, 1),
+               "train_do_bench": flushed(fns, DO_BENCH_MS, DO_BENCH_ROUNDS),
                "forward": interleaved(fwd, rounds, 1),
                "backward": interleaved(bwd, rounds, 1), "peak_mb": memory, "phases": phases,
                "flops_train": 3 * flops_fwd}
@@ -174,7 +178,9 @@ def report(path: Path) -> None:
              "path of "
              "bench/moe_forward.py differentiated by autograd (softmax/top-k router, "
              "torch._grouped_mm, compiled SwiGLU) and (a) a per-expert loop. Medians in "
-             "ms (CUDA events, interleaved); TFLOP/s count 3x the forward's matmul FLOPs. "
+             "ms (CUDA events, interleaved; triton's do_bench with L2 flushed, the "
+             f"variants in turn over {DO_BENCH_ROUNDS} rounds of {DO_BENCH_MS} ms, the "
+             "median of their medians); TFLOP/s count 3x the forward's matmul FLOPs. "
              "Both configurations run one build (k is the op's top_k=). The linked and "
              "monolithic kernels' SASS is identical instruction for "
              "instruction (every kernel); compare their forward and backward columns, "
