@@ -7,34 +7,85 @@ using Params = pl_params_moe_combine_backward;
 constexpr uint32_t kVector = pl::vec::kBf16x8;
 constexpr uint32_t kInFlight = pl::vec::kVectorsInFlight;   // per lane, per operand
 
-// A vector of dy and the same vector of the choice's row.
-struct VectorPair {
-  uint4 dy, row;
+// A vector of dy and the same vector of each of C choices' rows.
+template <uint32_t C>
+struct Vectors {
+  uint4 dy, row[C];
 };
 
-// One choice's row: d_row = p dy, and the lane's share of <dy, row> in column order,
-// kInFlight of the lane's vectors loaded before they are used (dy's again for each
-// choice: L1 hits).
-__device__ __forceinline__ float choice_backward(const uint4* dy, const uint4* row, uint4* d_row,
-                                                 float p, uint32_t vectors) {
-  float dot = 0.0f;
-  pl::vec::batched<kInFlight>(
+// C choices' rows of one token at once: d_row[c] = p[c] dy, and the lane's share of
+// <dy, row[c]> in column order, kInFlight / C of the lane's vectors of each operand
+// loaded before any is used.
+template <uint32_t C>
+__device__ __forceinline__ void choices_backward(float (&dot)[C], const uint4* dy,
+                                                 const uint4* const (&row)[C],
+                                                 uint4* const (&d_row)[C], const float (&p)[C],
+                                                 uint32_t vectors) {
+  static_assert(kInFlight % C == 0, "the loads in flight split evenly over the choices");
+#pragma unroll
+  for (uint32_t c = 0; c < C; ++c) dot[c] = 0.0f;
+  pl::vec::batched<kInFlight / C>(
       pl::lane(), vectors, pl::kWarpThreads,
       // rows were written earlier in this launch: an L2 load, never the non-coherent
-      // read-only path.
-      [&](uint32_t v) { return VectorPair{__ldg(dy + v), __ldcg(row + v)}; },
-      [&](uint32_t v, const VectorPair& x) {
-        float g[kVector], y[kVector];
-        pl::vec::unpack(x.dy, g);
-        pl::vec::unpack(x.row, y);
+      // read-only path (dy is an input: its vectors are L1 hits after the first choice).
+      [&](uint32_t v) {
+        Vectors<C> x;
+        x.dy = __ldg(dy + v);
 #pragma unroll
-        for (uint32_t e = 0; e < kVector; ++e) dot += g[e] * y[e];
-        d_row[v] = pl::vec::pack(g, p);
+        for (uint32_t c = 0; c < C; ++c) x.row[c] = __ldcg(row[c] + v);
+        return x;
+      },
+      [&](uint32_t v, const Vectors<C>& x) {
+        float g[kVector];
+        pl::vec::unpack(x.dy, g);
+#pragma unroll
+        for (uint32_t c = 0; c < C; ++c) {
+          float y[kVector];
+          pl::vec::unpack(x.row[c], y);
+#pragma unroll
+          for (uint32_t e = 0; e < kVector; ++e) dot[c] += g[e] * y[e];
+          d_row[c][v] = pl::vec::pack(g, p[c]);
+        }
       });
-  return dot;
 }
 
-// One token's choices: each choice's row gradient, and its weight's gradient. Lane j
+// Choices j, j + 1, ... (C of them, all with a row) of token t: their rows' gradients
+// and their weights' gradients.
+template <uint32_t C>
+__device__ __forceinline__ void choices_of_token(const pl_args_moe_combine_backward& args,
+                                                 const uint4* dy, const pl::vec::Choice (&c)[C],
+                                                 size_t first_choice, uint32_t vectors) {
+  const uint4* rows[C];
+  uint4* d_rows[C];
+  float p[C], dot[C];
+#pragma unroll
+  for (uint32_t i = 0; i < C; ++i) {
+    const size_t offset = size_t(c[i].slot) * args.cols;
+    rows[i] = reinterpret_cast<const uint4*>(args.rows + offset);
+    d_rows[i] = reinterpret_cast<uint4*>(args.d_rows + offset);
+    p[i] = c[i].weight;
+  }
+  choices_backward<C>(dot, dy, rows, d_rows, p, vectors);
+#pragma unroll
+  for (uint32_t i = 0; i < C; ++i) {
+    const float sum = pl::warp_sum(dot[i]);
+    if (pl::lane() == 0) args.dp[first_choice + i] = sum;
+  }
+}
+
+// One choice alone; a negative slot (no row) gets dp 0.
+__device__ __forceinline__ void choice_of_token(const pl_args_moe_combine_backward& args,
+                                                const uint4* dy, const pl::vec::Choice& c,
+                                                size_t choice, uint32_t vectors) {
+  if (c.slot < 0) {
+    if (pl::lane() == 0) args.dp[choice] = 0.0f;
+    return;
+  }
+  const pl::vec::Choice one[1] = {c};
+  choices_of_token<1>(args, dy, one, choice, vectors);
+}
+
+// One token's choices, two at a time (both rows' loads in flight together). Lane j
 // holds choice j's row and weight (pl::vec::lane_choice): read once, not per choice.
 __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backward& args,
                                                uint32_t t, uint32_t vectors) {
@@ -43,31 +94,32 @@ __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backwar
   // slot_of was written earlier in this launch: L2 loads (lane_choice), never __ldg
   const pl::vec::Choice mine =
       pl::vec::lane_choice(args.slot_of + first, args.weights + first, args.top_k);
-  for (uint32_t j = 0; j < args.top_k; ++j) {
-    const pl::vec::Choice c = pl::vec::choice(mine, j);
-    if (c.slot < 0) {
-      if (pl::lane() == 0) args.dp[first + j] = 0.0f;
-      continue;
+  uint32_t j = 0;
+  for (; j + 1 < args.top_k; j += 2) {
+    const pl::vec::Choice two[2] = {pl::vec::choice(mine, j), pl::vec::choice(mine, j + 1)};
+    if (two[0].slot >= 0 && two[1].slot >= 0) {   // warp-uniform: the usual case
+      choices_of_token<2>(args, dy, two, first + j, vectors);
+    } else {
+      choice_of_token(args, dy, two[0], first + j, vectors);
+      choice_of_token(args, dy, two[1], first + j + 1, vectors);
     }
-    const size_t offset = size_t(c.slot) * args.cols;
-    const float dot = choice_backward(dy, reinterpret_cast<const uint4*>(args.rows + offset),
-                                      reinterpret_cast<uint4*>(args.d_rows + offset), c.weight,
-                                      vectors);
-    const float sum = pl::warp_sum(dot);
-    if (pl::lane() == 0) args.dp[first + j] = sum;
   }
+  if (j < args.top_k) choice_of_token(args, dy, pl::vec::choice(mine, j), first + j, vectors);
 }
 
-// Rows [first 32, first 32 + 32) that hold no token (padding) zeroed by the warp: one
-// load of token_of per lane, then the padding rows one after another.
+// The warp's rows first, first + stride, ... that hold no token (padding) zeroed: lane
+// i reads the token of the i-th of 32 rows at once, then the padding rows among them
+// are zeroed one after another (a segment's padding rows go to different warps).
 __device__ __forceinline__ void zero_padding(const pl_args_moe_combine_backward& args,
-                                             uint32_t group, uint32_t vectors) {
-  const uint32_t r = group * pl::kWarpThreads + pl::lane();
-  const bool padding = r < args.total_rows && __ldcg(args.token_of + r) < 0;
-  for (uint32_t rows = __ballot_sync(~0u, padding); rows != 0; rows &= rows - 1) {
-    const uint32_t row = group * pl::kWarpThreads + __ffs(rows) - 1;
-    uint4* out = reinterpret_cast<uint4*>(args.d_rows + size_t(row) * args.cols);
-    for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) out[v] = uint4{};
+                                             uint32_t first, uint32_t stride, uint32_t vectors) {
+  for (uint32_t base = first; base < args.total_rows; base += pl::kWarpThreads * stride) {
+    const uint32_t r = base + pl::lane() * stride;
+    const bool padding = r < args.total_rows && __ldcg(args.token_of + r) < 0;
+    for (uint32_t rows = __ballot_sync(~0u, padding); rows != 0; rows &= rows - 1) {
+      const uint32_t row = base + (__ffs(rows) - 1) * stride;
+      uint4* out = reinterpret_cast<uint4*>(args.d_rows + size_t(row) * args.cols);
+      for (uint32_t v = pl::lane(); v < vectors; v += pl::kWarpThreads) out[v] = uint4{};
+    }
   }
 }
 
@@ -80,6 +132,5 @@ extern "C" __device__ void pl_moe_combine_backward_backward(
   const uint32_t first = blockIdx.x * Params::warps + warp;
   const uint32_t stride = gridDim.x * Params::warps;
   for (uint32_t t = first; t < args.tokens; t += stride) token_backward(args, t, vectors);
-  const uint32_t groups = (args.total_rows + pl::kWarpThreads - 1) / pl::kWarpThreads;
-  for (uint32_t g = first; g < groups; g += stride) zero_padding(args, g, vectors);
+  zero_padding(args, first, stride, vectors);
 }
