@@ -39,8 +39,9 @@ def test_a_literal_within_max_checks(tmp_path: Path):
 
 def test_an_expression_becomes_a_runtime_condition(tmp_path: Path):
     kernel = check_repo_recipe(tmp_path, "moe_forward")
-    # dispatch.experts: E, with max: max_experts (64): the only place the bound is stated
-    assert arg_requires(kernel) == ["E <= 64"]
+    # dispatch.experts: E, with max: max_experts (64): the only place the bound is stated;
+    # combine.top_k: K, with max 32 (a lane per choice)
+    assert arg_requires(kernel) == ["K <= 32", "E <= 64"]
     launch = launch_spec(kernel.recipe.launch, arg_requires(kernel))
     assert launch["require"].count("E <= 64") == 1
     spec = LaunchSpec.from_meta({"launch": launch, "params": {"fields": []}})

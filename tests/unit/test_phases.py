@@ -110,7 +110,7 @@ def test_five_phases_of_moe_forward_take_turns_on_the_warps(tmp_path):
             ("dispatch", "permute", "up", "down", "combine")] == [True] * 4 + [False]
     p = place_kernel(kernel, 1)
     assert p.threads == 384          # the GEMM phases' warps; the others fit inside them
-    assert p.smem["dispatch.counts"][0] < p.smem_bytes
+    assert p.smem["dispatch.table"][0] < p.smem_bytes
 
 
 def _phases(**phases: Any):  # noqa: ANN202
