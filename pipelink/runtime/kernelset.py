@@ -171,13 +171,22 @@ def _run_in_order(order: list[tuple[Op, tuple[str, ...]]], env: dict[str, Any],
     """Every gradient launch in order; each scratch tensor's memory goes back to the
     allocator after the last launch that reads it (as autograd frees what a node saved,
     only earlier), so later launches' outputs can take it."""
-    import torch
     last = {r: i for i, (_, args) in enumerate(order) for r in args if r in scratch}
     for i, (op, args) in enumerate(order):
         launched[(id(op), args)] = op.torch_op(*(_resolve(r, env) for r in args))
         for r in (r for r, at in last.items() if at == i):
-            if not torch.compiler.is_compiling():   # traced tensors have no memory
+            if not _traced(env[r]):
                 env[r].untyped_storage().resize_(0)
+
+
+def _traced(tensor: Any) -> bool:
+    """A tensor that torch.compile traces with (dynamo's, or AOTAutograd's fake and
+    functional tensors while it traces the backward): it has no memory to release, and
+    the compiled graph frees the real one when its last use is done."""
+    import torch
+    from torch._subclasses.fake_tensor import is_fake
+    return torch.compiler.is_compiling() or is_fake(tensor) or \
+        torch._is_functional_tensor(tensor)
 
 
 def _resolve(ref: str, env: dict[str, Any]) -> Any:
