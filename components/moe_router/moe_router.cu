@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include "pl_moe_router.h"
+#include "pipelink/cp_async.cuh"
 
 using Params = pl_params_moe_router;
 
@@ -21,7 +22,7 @@ constexpr uint32_t kNTiles = Params::max_experts / kMmaN;
 constexpr uint32_t kThreads = Params::warps * pl::kWarpThreads;
 constexpr uint32_t kBlockTokens = Params::warps * kMmaM;   // tokens a CTA routes at a time
 constexpr uint32_t kStages = Params::stages;
-constexpr uint32_t kPieceBytes = 16;                    // one cp.async, one ldmatrix row
+constexpr uint32_t kPieceBytes = pl::cp_async::kPieceBytes;   // one ldmatrix row
 constexpr uint32_t kPieceElems = kPieceBytes / sizeof(__nv_bfloat16);
 constexpr uint32_t kRowBytes = 128;                     // a stage row: kChunkK columns
 constexpr uint32_t kPieces = kRowBytes / kPieceBytes;
@@ -40,22 +41,6 @@ static_assert(kStages >= 2, "a stage in flight beside the one in use: stages >= 
 // Byte offset of 16-byte piece `piece` of stage row `row` (the swizzle above).
 __device__ __forceinline__ uint32_t swizzled(uint32_t row, uint32_t piece) {
   return row * kRowBytes + ((piece ^ (row % kPieces)) * kPieceBytes);
-}
-
-// 16 bytes from global into shared memory, asynchronously; `bytes` 0 writes zeros.
-__device__ __forceinline__ void copy_piece(uint32_t dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-               :: "r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void commit_pieces() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Waits until at most PENDING of this thread's committed groups are in flight.
-template <uint32_t PENDING>
-__device__ __forceinline__ void wait_pieces() {
-  asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -82,7 +67,7 @@ __device__ __forceinline__ void load_rows(uint32_t stage, const __nv_bfloat16* m
     const uint32_t r = first + row, col = k + piece * kPieceElems;
     const bool inside = r < rows && col < cols;   // H % 8 == 0: a piece is in or out whole
     const __nv_bfloat16* src = inside ? m + size_t(r) * cols + col : m;
-    copy_piece(stage + swizzled(row, piece), src, inside ? kPieceBytes : 0);
+    pl::cp_async::copy16(stage + swizzled(row, piece), src, inside ? kPieceBytes : 0);
   }
 }
 
@@ -130,14 +115,14 @@ __device__ __forceinline__ void logits(float (&acc)[kNTiles][4], const pl_args_m
 #pragma unroll
   for (uint32_t s = 0; s + 1 < kStages; ++s) {   // one group per stage, even if empty
     if (s < chunks) load_chunk(stages + s * kStageBytes, args, first, s, thread);
-    commit_pieces();
+    pl::cp_async::commit();
   }
   for (uint32_t c = 0; c < chunks; ++c) {
-    wait_pieces<kStages - 2>();                  // this thread's pieces of chunk c landed
+    pl::cp_async::wait<kStages - 2>();           // this thread's pieces of chunk c landed
     pl::named_sync(barrier, kThreads);           // everyone's; and chunk c - 1 is done
     const uint32_t next = c + kStages - 1;       // into the stage chunk c - 1 used
     if (next < chunks) load_chunk(stages + next % kStages * kStageBytes, args, first, next, thread);
-    commit_pieces();
+    pl::cp_async::commit();
     multiply_chunk(acc, stages + c % kStages * kStageBytes, warp, args.experts);
   }
   pl::named_sync(barrier, kThreads);             // the stages are free for the next block
