@@ -97,6 +97,56 @@ __device__ __forceinline__ void mark_padding(const Table& s, const pl_args_moe_d
   }
 }
 
+// This thread's share of the CTA's slice of the choices: [first, last).
+struct Share {
+  uint32_t slice_first;   // the CTA's first choice
+  uint32_t first, last;
+
+  __device__ __forceinline__ Share(uint32_t choices, uint32_t thread) {
+    const uint32_t slice = (choices + gridDim.x - 1) / gridDim.x;
+    slice_first = min(blockIdx.x * slice, choices);
+    const uint32_t slice_last = min(slice_first + slice, choices);
+    const uint32_t share = (slice_last - slice_first + kThreads - 1) / kThreads;
+    first = min(slice_first + thread * share, slice_last);
+    last = min(first + share, slice_last);
+  }
+};
+
+// counts[e]: this thread's choices of expert e in its share.
+__device__ __forceinline__ void count_share(uint32_t* counts, const pl_args_moe_dispatch& args,
+                                            uint32_t experts, const Share& mine) {
+  for (uint32_t i = mine.first; i < mine.last; ++i) {
+    const uint32_t e = uint32_t(__ldcg(args.topk_ids + i));
+    if (e < experts) ++counts[e];
+  }
+}
+
+// Expert `e`'s column of the threads' counts, scanned in thread order from this CTA's
+// first row of e: each thread's first row of e.
+__device__ __forceinline__ void scan_column(const Table& s, uint32_t e) {
+  uint32_t row = s.first_row[e];
+  for (uint32_t u = 0; u < kThreads; ++u) {
+    const uint32_t c = s.counts[u * kMaxExperts + e];
+    s.counts[u * kMaxExperts + e] = row;
+    row += c;
+  }
+}
+
+// This thread's share, in order: each choice's row, and the row's token.
+__device__ __forceinline__ void place_share(uint32_t* next_row, const pl_args_moe_dispatch& args,
+                                            uint32_t experts, const Share& mine) {
+  for (uint32_t i = mine.first; i < mine.last; ++i) {
+    const uint32_t e = uint32_t(__ldcg(args.topk_ids + i));
+    if (e >= experts) {
+      args.slot_of[i] = kNoRow;
+      continue;
+    }
+    const uint32_t row = next_row[e]++;
+    args.slot_of[i] = int32_t(row);
+    args.token_of[row] = int32_t(i / args.top_k);
+  }
+}
+
 // The sorting CTAs' perspective, once per launch.
 extern "C" __device__ void pl_moe_dispatch_sort(const pl_place_moe_dispatch& at,
                                                 const pl_args_moe_dispatch& args,
@@ -105,43 +155,19 @@ extern "C" __device__ void pl_moe_dispatch_sort(const pl_place_moe_dispatch& at,
   const Table s{at.smem.table};
   const uint32_t t = pl::thread_in_role(at.role.sort);
   const uint32_t experts = min(args.experts, kMaxExperts);
-  const uint32_t slice = (args.choices + gridDim.x - 1) / gridDim.x;
-  const uint32_t slice_first = min(blockIdx.x * slice, args.choices);
-  const uint32_t slice_last = min(slice_first + slice, args.choices);
-  const uint32_t share = (slice_last - slice_first + kThreads - 1) / kThreads;
-  const uint32_t first = min(slice_first + t * share, slice_last);
-  const uint32_t last = min(first + share, slice_last);
+  const Share mine{args.choices, t};
   uint32_t* counts = s.counts + t * kMaxExperts;
 
   for (uint32_t i = t; i < kWarps * 2 * kMaxExperts; i += kThreads) s.tally[i] = 0;
   for (uint32_t e = 0; e < experts; ++e) counts[e] = 0;
   pl::named_sync(at.bar.counted, kThreads);
-  tally_all(s, args, experts, slice_first, t);
-  for (uint32_t i = first; i < last; ++i) {      // this thread's share of the slice
-    const uint32_t e = uint32_t(__ldcg(args.topk_ids + i));
-    if (e < experts) ++counts[e];
-  }
+  tally_all(s, args, experts, mine.slice_first, t);
+  count_share(counts, args, experts, mine);
   pl::named_sync(at.bar.counted, kThreads);
   segment_starts(s, args, experts, t, at.bar.counted);
   pl::named_sync(at.bar.counted, kThreads);
-  if (t < experts) {                             // expert t's column: each thread's first row
-    uint32_t row = s.first_row[t];
-    for (uint32_t u = 0; u < kThreads; ++u) {
-      const uint32_t c = s.counts[u * kMaxExperts + t];
-      s.counts[u * kMaxExperts + t] = row;
-      row += c;
-    }
-  }
+  if (t < experts) scan_column(s, t);
   pl::named_sync(at.bar.counted, kThreads);
   mark_padding(s, args, experts, t);
-  for (uint32_t i = first; i < last; ++i) {
-    const uint32_t e = uint32_t(__ldcg(args.topk_ids + i));
-    if (e >= experts) {
-      args.slot_of[i] = kNoRow;
-      continue;
-    }
-    const uint32_t row = counts[e]++;
-    args.slot_of[i] = int32_t(row);
-    args.token_of[row] = int32_t(i / args.top_k);
-  }
+  place_share(counts, args, experts, mine);
 }

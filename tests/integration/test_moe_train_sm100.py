@@ -13,13 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelink.build import build_objects, default_index
-from pipelink.link import LinkOptions, link_recipe
-from pipelink.recipe import load_recipe
-
 from .sass import cuobjdump, sass_instructions
 
-ROOT = Path(__file__).resolve().parents[2]
 ARCH = "sm_100a"
 # kernel -> its GEMM phases (each a tcgen05 mainloop with its own k-tile loop)
 GEMM_PHASES = {"forward": 2, "backward": 5, "w1_grad": 1}
@@ -31,15 +26,10 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 @pytest.fixture(scope="module")
-def cubins(tmp_path_factory: pytest.TempPathFactory, object_dir: Path) -> dict[str, Path]:
-    """kernel -> its sm_100a cubin, as `scons recipe=moe_train arch=sm_100a` links it."""
-    out = tmp_path_factory.mktemp("moe_train_sm100a")
-    index = default_index(ROOT)
-    recipe = load_recipe(ROOT / "recipes" / "moe_train.yaml")
-    objects = {k: build_objects(view, ARCH, index, object_dir)
-               for k, view in recipe.kernels().items()}
-    link_recipe(recipe, objects, out, LinkOptions(ARCH), index=index)
-    return {k: out / k / f"moe_train_{k}.cubin" for k in GEMM_PHASES}
+def cubins(link_repo_kernel) -> dict[str, Path]:  # noqa: ANN001
+    """kernel -> its sm_100a cubin, from the session's links (test_work_ring links every
+    recipe for every arch it names: reading them costs no compile)."""
+    return {k: link_repo_kernel("moe_train", ARCH, "linked", k).cubin for k in GEMM_PHASES}
 
 
 @pytest.mark.parametrize("kernel", sorted(GEMM_PHASES))
