@@ -13,7 +13,6 @@
 #include <cuda_bf16.h>
 
 #include "pl_moe_router.h"
-#include "pipelink/cp_async.cuh"
 
 using Params = pl_params_moe_router;
 

@@ -17,6 +17,7 @@
 #include "pipelink/tma.cuh"
 #include "pipelink/warp.cuh"
 #include "pipelink/vec.cuh"
+#include "pipelink/cp_async.cuh"
 #include "pipelink/global_handoff.cuh"
 #include "pipelink/splitk.cuh"
 #include "pipelink/phase.cuh"
