@@ -24,12 +24,16 @@ constexpr uint32_t kWarpgroups = kTileN / kRows;
 constexpr uint32_t kThreads = kWarpgroups * pl::kWarpgroupThreads;
 constexpr uint32_t kScores = kRows * kTileQ / pl::kWarpgroupThreads;    // S^T floats per thread
 constexpr uint32_t kGrads = kRows * kHeadDim / pl::kWarpgroupThreads;   // dK (and dV) floats
-constexpr uint32_t kDqColumns = kHeadDim / kWarpgroups;                 // warpgroup g's dQ
+constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);   // 64
+// dQ = dS K is split between the warpgroups by its columns (each sums over all keys)
+// while each gets whole 64-column boxes of K; below that (head_dim 64 over two
+// warpgroups) by keys: warpgroup g adds dS[:, its keys] K[its keys, :] to every column.
+constexpr bool kDqByKeys = kHeadDim / kWarpgroups < kBoxColumns;
+constexpr uint32_t kDqColumns = kDqByKeys ? kHeadDim : kHeadDim / kWarpgroups;
 constexpr uint32_t kDq = kTileQ * kDqColumns / pl::kWarpgroupThreads;
 constexpr uint32_t kHeadSteps = kHeadDim / pl::wgmma::kK;     // K steps of S^T and dP^T
 constexpr uint32_t kQuerySteps = kTileQ / pl::wgmma::kK;      // of dV and dK
-constexpr uint32_t kKeySteps = kTileN / pl::wgmma::kK;        // of dQ
-constexpr uint32_t kBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(Element);   // 64
+constexpr uint32_t kDqKeySteps = (kDqByKeys ? kRows : kTileN) / pl::wgmma::kK;   // of dQ
 constexpr uint32_t kDsBytes = kTileN * kTileQ * sizeof(Element);  // one dS^T buffer
 constexpr uint32_t kDsBuffers = 2;
 constexpr uint32_t kStatsFloats = pl::attn::kStatsRows * kTileQ;   // one step's statistics
@@ -47,9 +51,7 @@ static_assert(kTileN == kRows || kTileN == 2 * kRows,
               "each warpgroup owns 64 keys: tile_n = 64 or 128");
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
 static_assert(kStatsFloats <= kThreads, "one thread stages each float of a step's statistics");
-static_assert(kDqColumns % kBoxColumns == 0,
-              "each warpgroup's dQ columns are whole 64-column boxes: head_dim = 64 per "
-              "warpgroup at least (tile_n 64 for head_dim 64)");
+static_assert(kDqColumns % kBoxColumns == 0, "dQ's columns are whole 64-column boxes of K");
 
 // Issues S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys as two committed
 // batches (rows: keys; columns: the step's queries).
@@ -203,18 +205,20 @@ __device__ __forceinline__ void store_score_grads(uint32_t buffer,
   }
 }
 
-// Issues this warpgroup's columns of dQ = dS K (A: dS^T's tile read M-major; B: the K
-// tile read MN-major, N = the columns) as one committed batch.
+// Issues this warpgroup's share of dQ = dS K (A: dS^T's tile read M-major; B: the K
+// tile read MN-major, N = the columns) as one committed batch: its columns over every
+// key, or (kDqByKeys) every column over its own keys.
 __device__ __forceinline__ void issue_query_grads(float (&dq)[kDq], uint32_t ds_buffer,
                                                   uint32_t k_stage, uint32_t warpgroup) {
+  const uint32_t first_box = kDqByKeys ? 0 : warpgroup * kDqColumns / kBoxColumns;
+  const uint32_t first_step = kDqByKeys ? warpgroup * kDqKeySteps : 0;
   pl::wgmma::fence_operands(dq);
   pl::wgmma::fence();
 #pragma unroll
-  for (uint32_t step = 0; step < kKeySteps; ++step) {
+  for (uint32_t step = 0; step < kDqKeySteps; ++step) {
     pl::wgmma::mma_bf16_ss<kDqColumns, true, true>(
-        dq, pl::wgmma::desc_boxed_mnmajor(ds_buffer, kTileN, 0, step),
-        pl::wgmma::desc_boxed_mnmajor(k_stage, kTileN, warpgroup * kDqColumns / kBoxColumns,
-                                      step),
+        dq, pl::wgmma::desc_boxed_mnmajor(ds_buffer, kTileN, 0, first_step + step),
+        pl::wgmma::desc_boxed_mnmajor(k_stage, kTileN, first_box, first_step + step),
         step > 0);
   }
   pl::wgmma::commit();
@@ -239,7 +243,8 @@ __device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* d
 // Deterministic mode: the dQ partial sums of one (query head, query tile) are added in
 // key-tile order. Each warpgroup waits until every key tile before its own has added
 // its share (a counter per query tile in dq_turns, both warpgroups of a key tile
-// counting 1 each), adds, and counts itself. Records go out in key-tile order and every
+// counting 1 each; with kDqByKeys, whose warpgroups add to the same columns, warpgroup 1
+// after warpgroup 0), adds, and counts itself. Records go out in key-tile order and every
 // CTA of the persistent grid is resident, so the tiles waited on are running or done.
 // The query tile's first key tile comes from the mask's kv_range, which must agree
 // with its q_range at tile granularity (the shipped masks do).
@@ -259,6 +264,13 @@ __device__ __forceinline__ uint32_t turns_before(const pl::KernelInfo& k,
   return uint32_t(max(tile.m_block - first, 0)) * kWarpgroups;
 }
 
+// Where this warpgroup's turn comes: after every key tile before its own, and with
+// kDqByKeys after the warpgroups of its own key tile before it.
+__device__ __forceinline__ uint32_t my_turn(const pl::KernelInfo& k, const pl::WorkTile& tile,
+                                            StepTile t, uint32_t warpgroup) {
+  return turns_before(k, tile, t) + (kDqByKeys ? warpgroup : 0);
+}
+
 // Consumer warpgroups' perspective, per record: the key tile's query steps in order;
 // dK and dV leave through the register ports once the record is done.
 extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at,
@@ -272,6 +284,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   const bool releaser = thread % pl::kWarpgroupThreads == 0;
   const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
   const uint32_t first_key = warpgroup * kRows;
+  const uint32_t first_column = kDqByKeys ? 0 : warpgroup * kDqColumns;   // of dQ
   const int32_t len = tile.m_end - tile.m_offset;
   const int32_t kv_first = tile.m_block * int32_t(kTileN) + int32_t(first_key);
 #pragma unroll
@@ -350,13 +363,13 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     if (args.deterministic != 0) {
       uint32_t* turn = query_turn(args, tile, qs);
       const uint32_t mine = warpgroup == 0 ? at.bar.dq_turn_a : at.bar.dq_turn_b;
-      if (releaser) pl::counter_wait(turn, turns_before(k, tile, t));
+      if (releaser) pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
       pl::named_sync(mine, pl::kWarpgroupThreads);
-      add_query_grads(dq, dq_rows, args.heads, f, t, warpgroup * kDqColumns);
+      add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
       pl::named_sync(mine, pl::kWarpgroupThreads);
       if (releaser) pl::counter_release(turn);
     } else {
-      add_query_grads(dq, dq_rows, args.heads, f, t, warpgroup * kDqColumns);
+      add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
     }
   }
   // Every warpgroup is done with the last step's buffers before the next record writes.

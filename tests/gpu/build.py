@@ -22,7 +22,8 @@ DEFAULT = ["pipeline_demo", "gemm", "gemm_streamk", "gemm_dynamic", "gemm_multic
            "moe_ffn", "moe_forward", "moe_layer", "grouped_wgrad", "moe_train",
            "moe_train_simt", "attn_causal", "attn_dense", "attn_softcap", "attn_alibi",
            "attn_sliding", "attn_document", "attn_block_sparse", "attn_paged",
-           "attn_causal_deterministic"]
+           "attn_causal_deterministic", "attn_causal_d64", "attn_dense_d64",
+           "attn_causal_d64_deterministic"]
 
 # Also linked with phase clocks into <out>/phases/ (bench: where the time goes).
 PHASE_CLOCKED = {"mlp", "moe_train"}

@@ -20,6 +20,17 @@ LSE_ATOL = 2e-3                  # fp32 softmax statistics (MUFU exp2 and log)
 SOFTCAP = 30.0
 ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sliding",
              "attn_document", "attn_block_sparse", "attn_paged", "attn_causal_deterministic")
+# Recipes built at head dim 64 (their own core objects); every other one is at 128.
+HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic")
+
+
+def head_dim(recipe: str) -> int:
+    return 64 if recipe in HEAD_DIM_64 else 128
+
+
+def mask_of(recipe: str) -> str:
+    """The reference mask a recipe shares with its head-dim-128 original."""
+    return recipe.removesuffix("_deterministic").removesuffix("_d64")
 
 
 WINDOW = 1024   # attn_sliding: window_mask left 1024, right 0
@@ -42,7 +53,7 @@ def scores_of(recipe: str, s):  # noqa: ANN001, ANN201
     q = torch.arange(s.shape[-2], device=s.device)[:, None]
     kv = torch.arange(s.shape[-1], device=s.device)[None, :]
     keep = {"attn_dense": torch.ones_like(q * kv, dtype=torch.bool),
-            "attn_sliding": (kv <= q) & (kv >= q - WINDOW)}.get(recipe, kv <= q)
+            "attn_sliding": (kv <= q) & (kv >= q - WINDOW)}.get(mask_of(recipe), kv <= q)
     return s.masked_fill(~keep, float("-inf"))
 
 
@@ -78,6 +89,9 @@ CASES = [  # recipe, B, S, H, HKV
     ("attn_alibi", 1, 300, 16, 4),
     ("attn_sliding", 1, 2500, 2, 1),    # windows that start mid-tile, full tiles between
     ("attn_sliding", 2, 1100, 2, 2),
+    ("attn_causal_d64", 2, 1000, 4, 2),
+    ("attn_causal_d64", 1, 77, 2, 1),
+    ("attn_dense_d64", 1, 333, 2, 2),
 ]
 
 
@@ -88,8 +102,9 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
     import pipelink
     op = pipelink.load(build_dir / mode / recipe)
-    q, k, v = inputs(b, s, h, hkv, 128, seed=b * 1000 + s + h)
-    o = torch.full((b, s, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    d = head_dim(recipe)
+    q, k, v = inputs(b, s, h, hkv, d, seed=b * 1000 + s + h)
+    o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
     op(q, k, v, out=(o, lse))
     want_o, want_lse = reference(q, k, v, recipe)
@@ -99,12 +114,16 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
             "attn_causal_deterministic")
+BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic")
 GRAD_CASES = [  # recipe, B, S, H, HKV
     ("attn_causal", 2, 256, 4, 4),      # whole tiles
     ("attn_causal", 1, 1000, 4, 2),     # S not a multiple of either tile, GQA
     ("attn_causal", 1, 77, 2, 1),       # MQA, one partial tile
     ("attn_dense", 2, 333, 2, 2),
     ("attn_sliding", 1, 2200, 2, 1),    # key tiles the window leaves out entirely
+    ("attn_causal_d64", 2, 256, 4, 4),  # head dim 64: dQ split by keys
+    ("attn_causal_d64", 1, 1000, 4, 2),
+    ("attn_dense_d64", 2, 333, 2, 1),
 ]
 GRAD_RTOL = 5e-2     # P and dS rounded to bf16 for their GEMMs, gradients to bf16
 
@@ -136,7 +155,7 @@ def test_backward_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
     import pipelink
     ks = pipelink.load(build_dir / mode / recipe)
-    q, k, v = inputs(b, s, h, hkv, 128, seed=7 * b + s + h)
+    q, k, v = inputs(b, s, h, hkv, head_dim(recipe), seed=7 * b + s + h)
     d_o = torch.randn(q.shape, device="cuda",
                       generator=torch.Generator(device="cuda").manual_seed(s)).to(q.dtype)
     want = grad_reference(q, k, v, d_o, recipe)
@@ -157,15 +176,17 @@ def test_backward_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
-def test_the_deterministic_backward_repeats_its_bits(build_dir, mode):
-    """attn_causal_deterministic adds dQ's partial sums in key-tile order: two runs give
-    the same bits (many key tiles per query tile, GQA), and the gradients are right."""
+@pytest.mark.parametrize("recipe", ["attn_causal_deterministic", "attn_causal_d64_deterministic"])
+def test_the_deterministic_backward_repeats_its_bits(build_dir, mode, recipe):
+    """The deterministic recipes add dQ's partial sums in key-tile order (at head dim
+    64 also warpgroup by warpgroup): two runs give the same bits (many key tiles per
+    query tile, GQA), and the gradients are right."""
     import torch
 
     import pipelink
-    ks = pipelink.load(build_dir / mode / "attn_causal_deterministic")
+    ks = pipelink.load(build_dir / mode / recipe)
     b, s, h, hkv = 2, 1500, 4, 2
-    q, k, v = inputs(b, s, h, hkv, 128, seed=21)
+    q, k, v = inputs(b, s, h, hkv, head_dim(recipe), seed=21)
     d_o = torch.randn(q.shape, device="cuda",
                       generator=torch.Generator(device="cuda").manual_seed(22)).to(q.dtype)
     o, lse = ks.forward(q, k, v)
@@ -174,7 +195,7 @@ def test_the_deterministic_backward_repeats_its_bits(build_dir, mode):
     for name, x, y in zip(("dq", "dk", "dv"), first, again, strict=True):
         assert torch.equal(x, y), f"{name} differs between two runs"
     for name, got, ref in zip(("dq", "dk", "dv"), first,
-                              grad_reference(q, k, v, d_o, "attn_causal"), strict=True):
+                              grad_reference(q, k, v, d_o, recipe), strict=True):
         _close_grad(name, got, ref)
 
 
@@ -356,6 +377,13 @@ def test_the_core_object_is_shared(build_dir):
                 for r in BACKWARD}
     assert len(forward) == 1, forward
     assert len(backward) == 1, backward
+    # At head dim 64 likewise: one object per core, each other than head dim 128's.
+    forward_64 = {_manifest(build_dir / "sm_90a" / r, "forward")["inputs"]["core"]
+                  for r in HEAD_DIM_64}
+    backward_64 = {_manifest(build_dir / "sm_90a" / r, "backward")["inputs"]["core"]
+                   for r in BACKWARD_64}
+    assert len(forward_64) == 1 and forward_64 != forward, forward_64
+    assert len(backward_64) == 1 and backward_64 != backward, backward_64
 
 
 def test_bad_input_is_refused_before_launch(build_dir):
@@ -369,6 +397,8 @@ def test_bad_input_is_refused_before_launch(build_dir):
         op(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous())
     with pytest.raises(PipeLinkError, match="H % HKV == 0"):
         op(q[:, :, :3].contiguous(), k, v)
+    with pytest.raises(PipeLinkError, match="D == 64"):   # head dim 128 into the 64 build
+        pipelink.load(build_dir / "sm_90a" / "attn_causal_d64")(q, k, v)
     with pytest.raises(PipeLinkError):
         op(q, k[:, :128].contiguous(), v)   # K shorter than Q
     with pytest.raises(PipeLinkError):

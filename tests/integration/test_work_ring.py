@@ -122,6 +122,7 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
 
 @pytest.mark.parametrize("name,kernel,exps", [("attn_causal", "forward", 64),
                                               ("attn_causal", "backward", 32),
+                                              ("attn_causal_d64", "backward", 32),
                                               ("attn_block_sparse", "forward", 64)])
 def test_attention_with_linked_functions_matches_monolithic_sass(out, name, kernel, exps):
     """The mask, score modifier and block layout reach the cores through glue-defined
