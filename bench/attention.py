@@ -7,7 +7,7 @@ of 256 to 3072 tokens; attn_paged reads K and V from shuffled 64-token pages, wh
 baselines gather first (timed with them).
 
     python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_block_sparse \
-        attn_document attn_paged                                 # build machine
+        attn_document attn_paged attn_causal_d64 attn_dense_d64  # build machine
     python bench/attention.py --json bench/attention.json        # GPU machine
     python bench/attention.py --report bench/attention.json      # RESULTS.md section
 
@@ -33,10 +33,21 @@ from results_md import bench_main, put_section  # noqa: E402
 from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
 
 ROTATE = 2
-SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128)]   # B, H, S, D
+# B, H, S, D per head dim: the *_d64 recipes are built for 64, the others for 128.
+SHAPES = {128: [(4, 16, 4096, 128), (1, 16, 16384, 128)], 64: [(8, 16, 2048, 64)]}
 WINDOW = 1024
 RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document",
-           "attn_paged")
+           "attn_paged", "attn_causal_d64", "attn_dense_d64")
+HEAD_DIM_64 = "_d64"    # the suffix of a recipe built at head dim 64
+
+
+def shapes_of(recipe: str) -> list[tuple[int, int, int, int]]:
+    return SHAPES[64 if HEAD_DIM_64 in recipe else 128]
+
+
+def mask_recipe(recipe: str) -> str:
+    """The head-dim-128 recipe whose mask (and baselines) a recipe shares."""
+    return recipe.replace(HEAD_DIM_64, "")
 PAGE = 64   # attn_paged's cache: 64-token pages in shuffled blocks
 
 
@@ -110,6 +121,7 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
         sets = [tuple(t[0] for t in qkv) for qkv in sets]
         outs = [(o[0], lse[0]) for o, lse in outs]
         extra = (cu,)
+    recipe = mask_recipe(recipe)
     mask_mod = mask_mod_of("attn_causal" if recipe == "attn_paged" else recipe, doc)
     block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
     if recipe == "attn_block_sparse":
@@ -200,7 +212,7 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
             # The index checks (launch.contents) synchronise per call: timed without
             # them, as a caller that vouches for its offsets and page tables runs.
             op.check_contents = False
-        for b, h, s, d in SHAPES:
+        for b, h, s, d in shapes_of(recipe):
             r = bench_case(ops, b, h, s, d, recipe, rounds)
             flops = 4 * h * d * r["pairs"]
             r.update(recipe=recipe, B=b, H=h, S=s, D=d, flops=flops,
@@ -268,7 +280,9 @@ def report(path: Path) -> None:
              f"{data['torch']}. recipes/attn_causal, attn_dense, attn_sliding (window "
              "1024), attn_block_sparse (a strided causal BlockMask) and attn_document "
              "(packed documents of 256-3072 tokens, causal within each): one "
-             "attn_fwd_core object, the mask, scheduler and block layout linked in; "
+             "attn_fwd_core object, the mask, scheduler and block layout linked in "
+             "(attn_causal_d64 and attn_dense_d64: the same components at head dim 64, "
+             "one object of their own); "
              "against SDPA (a boolean mask where not dense or causal) and "
              "torch.compile'd FlexAttention (the same mask_mod) on the same tensors. "
              "Medians in ms (CUDA events, interleaved; do_bench with L2 flushed; index "

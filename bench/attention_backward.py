@@ -7,7 +7,7 @@ run. attn_document packs the same B S tokens as one sequence of documents of 256
 tokens, as bench/attention.py does.
 
     python -m tests.gpu.build attn_causal attn_causal_deterministic attn_dense \
-        attn_sliding attn_document                                # build machine
+        attn_sliding attn_document attn_causal_d64 attn_dense_d64 # build machine
     python bench/attention_backward.py --json bench/attention_backward.json   # GPU
     python bench/attention_backward.py --report bench/attention_backward.json
 
@@ -35,15 +35,16 @@ from bench.attention import (  # noqa: E402
     dense_mask,
     document_lengths,
     mask_mod_of,
+    mask_recipe,
+    shapes_of,
     summary_lines,
     table_lines,
 )
 from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
 
 ROTATE = 2
-SHAPES = [(4, 16, 4096, 128), (1, 16, 16384, 128)]   # B, H, S, D
 RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
-           "attn_document")
+           "attn_document", "attn_causal_d64", "attn_dense_d64")
 FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
 TOLERANCE = 5e-2                  # max |diff| vs SDPA, relative to the gradient's max
 
@@ -54,6 +55,7 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    recipe = mask_recipe(recipe)
     documents = recipe == "attn_document"
     doc, extra = None, ()
     if documents:                  # the same tokens as one packed sequence of B S rows
@@ -146,7 +148,7 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
     for recipe in RECIPES:
         kernels = {"linked": pipelink.load(build / "sm_90a" / recipe),
                    "mono": pipelink.load(build / "mono" / recipe)}
-        for b, h, s, d in SHAPES:
+        for b, h, s, d in shapes_of(recipe):
             r = bench_case(kernels, b, h, s, d, recipe, rounds)
             flops = FLOPS_PER_PAIR_AND_DIM * h * d * r["pairs"]
             r.update(recipe=recipe, B=b, H=h, S=s, D=d, flops=flops,
@@ -172,8 +174,10 @@ def report(path: Path) -> None:
              f"torch {data['torch']}. The backward kernels of recipes/attn_causal, attn_dense, "
              "attn_sliding (window 1024) and attn_document (packed documents of 256-3072 "
              "tokens, causal within each): one attn_bwd_core object, the mask and scheduler "
-             "linked in; against SDPA's backward (a boolean mask for the window and the "
-             "documents) and torch.compile'd "
+             "linked in (attn_causal_d64 and attn_dense_d64: head dim 64, one object of "
+             "their own, dQ split between the warpgroups by keys); against SDPA's "
+             "backward (a boolean mask for the window and the documents) and "
+             "torch.compile'd "
              "FlexAttention's backward (the same mask_mod), from the forward's saved state "
              "to dQ, dK and dV. Medians in ms (CUDA events, interleaved; do_bench with L2 "
              "flushed); TFLOP/s of unmasked work (10 D flops per visible pair); floor: that "
