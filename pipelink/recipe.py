@@ -20,7 +20,7 @@ from typing import Any
 
 from .contract import Contract, load_contract, read_yaml, schema_error
 from .errors import ContractError, RecipeError
-from .schema import RECIPE_SCHEMA, Validator
+from .schema import IDENT, RECIPE_SCHEMA, Validator
 
 _VALIDATOR = Validator(RECIPE_SCHEMA)
 _CONNECTION = re.compile(r"^\s*(\w+)\.(\w+)\s*->\s*(\w+)\.(\w+)\s*$")
@@ -166,6 +166,7 @@ def load_recipe(path: Path | str) -> Recipe:
     path = Path(path)
     data = _document(path, ())
     where = str(path)
+    data = _with_constants(data, where)
     schema_error(_VALIDATOR, data, where, RecipeError)
     if "kernels" in data:
         top = [k for k in KERNEL_KEYS if k in data]
@@ -218,6 +219,52 @@ def _document(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
                           "their builds would overwrite each other", where=f"{path}: recipe",
                           hint=f"name it '{path.stem}'")
     return merged
+
+
+_CONSTANT = re.compile(r"\$(\w+)")
+_CONSTANT_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")   # a param string's words, no "$"
+
+
+def _with_constants(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The recipe with every ``$name`` in its values replaced by ``constants: {name:
+    value}``: a value that is one reference takes the constant's type (``head_dim:
+    $head_dim`` is an int), a reference inside a longer string its text (``D ==
+    $head_dim``). A recipe that ``extends:`` another sets the constants the other
+    reads, so one line changes a value every instance and check shares."""
+    constants = data.get("constants", {})
+    if not isinstance(constants, dict):
+        raise RecipeError("constants: is a mapping of names to integers or words",
+                          where=f"{where}: constants", hint="constants: {head_dim: 128}")
+    for name, value in constants.items():
+        if not (isinstance(name, str) and re.fullmatch(IDENT["pattern"], name)) or \
+                isinstance(value, bool) or not isinstance(value, (int, str)) or \
+                (isinstance(value, str) and not _CONSTANT_VALUE.fullmatch(value)):
+            raise RecipeError(f"constant {name!r}: {value!r} is not a name with an integer or "
+                              "a word (letters, digits, _ . + -)",
+                              where=f"{where}: constants.{name}",
+                              hint="e.g. head_dim: 128 or dtype: bf16")
+
+    def value_of(name: str, key: str) -> int | str:
+        if name not in constants:
+            raise RecipeError(f"${name} names no constant of this recipe",
+                              where=f"{where}: {key}",
+                              hint=("its constants: " + ", ".join(sorted(constants)))
+                              if constants else f"define it under constants: ({name}: ...)")
+        return constants[name]
+
+    def walk(node: Any, key: str) -> Any:
+        if isinstance(node, dict):
+            return {k: node[k] if k in ("description", "constants") else
+                    walk(node[k], f"{key}.{k}" if key else str(k)) for k in node}
+        if isinstance(node, list):
+            return [walk(item, f"{key}[{i}]") for i, item in enumerate(node)]
+        if not isinstance(node, str) or "$" not in node:
+            return node
+        whole = _CONSTANT.fullmatch(node.strip())
+        if whole:
+            return value_of(whole[1], key)
+        return _CONSTANT.sub(lambda m: str(value_of(m[1], key)), node)
+    return walk(data, "")
 
 
 def _merge(base: Any, over: Any) -> Any:

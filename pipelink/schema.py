@@ -315,6 +315,11 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
                                         "instance swapped"},
     "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1, "uniqueItems": True,
              "description": "the archs the recipe builds"},
+    "constants": {"type": "object", "propertyNames": IDENT,
+                  "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
+                  "description": "name -> integer or word; `$name` anywhere in the recipe's "
+                                 "values (params, binds, checks, shapes) reads it, so a "
+                                 "recipe that extends this one changes a value in one place"},
     "phases": PHASES,
     "instances": INSTANCES,
     "connect": CONNECT,

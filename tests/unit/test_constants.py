@@ -1,0 +1,89 @@
+"""Recipe ``constants:``: ``$name`` in a recipe's values reads one place, and a recipe
+that ``extends:`` another changes it there. recipes/attn_causal_d64.yaml sets head_dim
+64 for every instance and check of attn_causal; a bad constant or an unknown
+reference is refused naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipelink.errors import RecipeError
+from pipelink.recipe import ComponentIndex, load_recipe
+from pipelink.sconsrun import plans
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "recipes"
+INDEX = ComponentIndex((ROOT / "components",))
+HEAD_DIM_INSTANCES = {"forward": ("load", "core", "store"),
+                      "backward": ("prep", "load", "core", "dk_store", "dv_store")}
+
+
+@pytest.mark.parametrize(("name", "head_dim", "buffers"),
+                         [("attn_causal", 128, 2), ("attn_causal_d64", 64, 1),
+                          ("attn_causal_d64_deterministic", 64, 1), ("attn_dense_d64", 64, 1)])
+def test_one_constant_sets_every_instance_and_check(name, head_dim, buffers):
+    kernels = load_recipe(RECIPES / f"{name}.yaml").kernels()
+    for kernel, names in HEAD_DIM_INSTANCES.items():
+        recipe = kernels[kernel]
+        instances = recipe.instances("sm_90a")
+        for inst in names:
+            assert instances[inst].params["head_dim"] == head_dim, (kernel, inst)
+        stores = [i for i in instances.values() if i.component == "attn_store_epilogue"]
+        assert stores and all(i.params["buffers"] == buffers for i in stores)
+        assert f"D == {head_dim}" in recipe.launch["require"]
+
+
+def test_head_dim_64_shares_no_object_with_128_but_the_head_dim_free_ones():
+    """The _d64 recipes compile their own loader, core and stores; the scheduler and
+    the mask are head-dim free and stay the very objects attn_causal builds."""
+    base = {p.recipe.kernel: p for p in plans(RECIPES / "attn_causal.yaml", "sm_90a", INDEX)}
+    d64 = {p.recipe.kernel: p for p in plans(RECIPES / "attn_causal_d64.yaml", "sm_90a", INDEX)}
+    for kernel, plan in d64.items():
+        for inst, obj in plan.objects.items():
+            same = obj.files == base[kernel].objects[inst].files and \
+                obj.embedded() == base[kernel].objects[inst].embedded()
+            assert same == (inst not in HEAD_DIM_INSTANCES[kernel]), (kernel, inst)
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+BASE = """recipe: base
+description: costs $5, a dollar sign in free text stays
+arch: [sm_90a]
+constants: {width: 64, kind: bf16}
+instances:
+  a: {component: row_store, params: {tile: $width, dtype: $kind}}
+launch:
+  require: ["N % $width == 0"]
+"""
+
+
+def test_a_reference_takes_the_constants_type_and_text(tmp_path):
+    recipe = load_recipe(_write(tmp_path, "base", BASE))
+    assert recipe.data["instances"]["a"]["params"] == {"tile": 64, "dtype": "bf16"}
+    assert recipe.data["launch"]["require"] == ["N % 64 == 0"]
+    assert recipe.data["description"] == "costs $5, a dollar sign in free text stays"
+    _write(tmp_path, "wide", "recipe: wide\nextends: base\nconstants: {width: 128}\n")
+    wide = load_recipe(tmp_path / "wide.yaml")
+    assert wide.data["instances"]["a"]["params"] == {"tile": 128, "dtype": "bf16"}
+    assert wide.data["launch"]["require"] == ["N % 128 == 0"]
+
+
+@pytest.mark.parametrize(("constants", "needle", "key"), [
+    ("{width: 64}", "$kind names no constant of this recipe", "instances.a.params.dtype"),
+    ("{width: 64, kind: bf16, x: [1]}", "constant 'x': [1] is not a name", "constants.x"),
+    ("{width: 64, kind: 'two words'}", "constant 'kind'", "constants.kind"),
+    ("{width: true, kind: bf16}", "constant 'width': True", "constants.width"),
+    ("[64]", "constants: is a mapping", "constants"),
+])
+def test_bad_constants_are_refused_naming_the_key(tmp_path, constants, needle, key):
+    path = _write(tmp_path, "base", BASE.replace("{width: 64, kind: bf16}", constants))
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    assert needle in str(e.value) and f"{path}: {key}" in str(e.value), str(e.value)
