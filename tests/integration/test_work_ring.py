@@ -18,7 +18,7 @@ import yaml
 
 from pipelink.compile import cutlass_include
 from pipelink.errors import ToolchainError
-from pipelink.recipe import load_recipe
+from pipelink.recipe import Recipe, load_recipe
 
 from .sass import sass, sass_instructions
 
@@ -27,38 +27,41 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
 
 
-def _changed_kernels(name: str) -> set[str] | None:
-    """The kernels a recipe that ``extends:`` another writes over (None: it extends
-    nothing). The others link exactly as the base's do (tests/unit/test_extends.py), so
-    they are not linked twice; nor is a kernel that only swaps function components (a
-    mask, a score modifier) or changes launch binds and checks: its objects and glue are the
-    base's but for the forwarders' targets (tests/unit/test_function_ports.py), and the
-    GPU build links it whole."""
-    own = yaml.safe_load((ROOT / "recipes" / f"{name}.yaml").read_text())
-    if "extends" not in own:
-        return None
-    kernels = own["kernels"] if "kernels" in own else {"main": own}
-    return {k for k, spec in kernels.items()
-            if spec is not None and not _only_functions_swapped(spec)}
-
-
-def _only_functions_swapped(spec: dict) -> bool:
-    if set(spec) - {"instances", "launch"} or set(spec.get("launch") or {}) - {"bind", "require"}:
-        return False
-    return all(_is_function(i.get("component")) for i in (spec.get("instances") or {}).values())
-
-
-def _is_function(component: str | None) -> bool:
-    if component is None:
-        return False
+def _is_function(component: str) -> bool:
     contract = yaml.safe_load((ROOT / "components" / component / "contract.yaml").read_text())
     return contract.get("kind") == "function"
 
 
-CASES = [(name, kernel, arch) for name in RECIPES
-         for recipe in [load_recipe(ROOT / "recipes" / f"{name}.yaml")]
-         for kernel in recipe.select(None) for arch in recipe.data["arch"]
-         if _changed_kernels(name) is None or kernel in _changed_kernels(name)]
+def _shape(recipe: Recipe, arch: str) -> str:
+    """What a kernel's objects and glue come from, less what tests elsewhere cover: its
+    non-function instances (component, params, tunables, loop), connections, phases
+    and launch form. Kernels that differ only in function components (a mask, a score
+    modifier: the forwarders' targets, tests/unit/test_function_ports.py) or in launch
+    binds and checks link to the same code, so one of them is linked here; the GPU
+    build links each whole."""
+    instances = {name: [i.component, i.params, i.tunables, i.loop]
+                 for name, i in recipe.instances(arch).items() if not _is_function(i.component)}
+    launch = {k: v for k, v in recipe.launch.items() if k not in ("bind", "require", "contents")}
+    return json.dumps([instances, [str(c.src) + str(c.dst) for c in recipe.connections],
+                       recipe.phases, launch], sort_keys=True)
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    """(recipe, kernel, arch) for each kernel shape: the first recipe to have it, a
+    recipe that extends none before those that do (the other tests link those)."""
+    seen, out = set(), []
+    for name in sorted(RECIPES, key=lambda n: ("extends" in yaml.safe_load(
+            (ROOT / "recipes" / f"{n}.yaml").read_text()), n)):
+        for kernel, recipe in load_recipe(ROOT / "recipes" / f"{name}.yaml").select(None).items():
+            for arch in recipe.archs:
+                shape = (arch, _shape(recipe, arch))
+                if shape not in seen:
+                    seen.add(shape)
+                    out.append((name, kernel, arch))
+    return out
+
+
+CASES = _cases()
 
 
 def _cutlass_missing() -> bool:
