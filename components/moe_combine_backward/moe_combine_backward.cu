@@ -94,17 +94,15 @@ __device__ __forceinline__ void token_backward(const pl_args_moe_combine_backwar
   // slot_of was written earlier in this launch: L2 loads (lane_choice), never __ldg
   const pl::vec::Choice mine =
       pl::vec::lane_choice(args.slot_of + first, args.weights + first, args.top_k);
-  uint32_t j = 0;
-  for (; j + 1 < args.top_k; j += 2) {
-    const pl::vec::Choice two[2] = {pl::vec::choice(mine, j), pl::vec::choice(mine, j + 1)};
-    if (two[0].slot >= 0 && two[1].slot >= 0) {   // warp-uniform: the usual case
-      choices_of_token<2>(args, dy, two, first + j, vectors);
-    } else {
-      choice_of_token(args, dy, two[0], first + j, vectors);
-      choice_of_token(args, dy, two[1], first + j + 1, vectors);
-    }
-  }
-  if (j < args.top_k) choice_of_token(args, dy, pl::vec::choice(mine, j), first + j, vectors);
+  pl::vec::for_choice_pairs(
+      mine, args.top_k,
+      [&](uint32_t j, const pl::vec::Choice& c0, const pl::vec::Choice& c1) {
+        const pl::vec::Choice two[2] = {c0, c1};
+        choices_of_token<2>(args, dy, two, first + j, vectors);
+      },
+      [&](uint32_t j, const pl::vec::Choice& c) {
+        choice_of_token(args, dy, c, first + j, vectors);
+      });
 }
 
 // The warp's rows first, first + stride, ... that hold no token (padding) zeroed: lane

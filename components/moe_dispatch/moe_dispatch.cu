@@ -21,12 +21,13 @@ constexpr uint32_t kMaxExperts = Params::max_experts;
 constexpr uint32_t kWarps = Params::warps;
 constexpr uint32_t kThreads = kWarps * pl::kWarpThreads;   // the role's threads
 constexpr uint32_t kBatch = 8;                             // ids a thread loads at once
-constexpr uint32_t kBefore = 0, kRest = 1;                 // the two tallies of a warp
+constexpr uint32_t kBefore = 0, kRest = 1;                 // the tallies of a warp
+constexpr uint32_t kTallies = 2;
 constexpr int32_t kNoRow = -1;                             // an id outside [0, E)
 
 // The role's shared memory, in words (the contract's `table` is its size).
 struct Table {
-  uint32_t* tally;       // [kWarps][2][kMaxExperts]: choices per expert, before / rest
+  uint32_t* tally;       // [kWarps][kTallies][kMaxExperts]: choices per expert, before / rest
   uint32_t* counts;      // [kThreads][kMaxExperts]: a thread's share, then its first row
   uint32_t* first_row;   // [kMaxExperts]: this CTA's first row of each expert
   uint32_t* pad_of;      // [kMaxExperts + 1]: each segment's first padding row
@@ -34,7 +35,7 @@ struct Table {
 
   __device__ __forceinline__ explicit Table(uint32_t offset)
       : tally(pl::smem_ptr<uint32_t>(offset)),
-        counts(tally + kWarps * 2 * kMaxExperts),
+        counts(tally + kWarps * kTallies * kMaxExperts),
         first_row(counts + kThreads * kMaxExperts),
         pad_of(first_row + kMaxExperts),
         end_of(pad_of + kMaxExperts + 1) {}
@@ -43,7 +44,7 @@ struct Table {
 // Every choice's expert, tallied by this warp: kBefore for choices below `first`.
 __device__ __forceinline__ void tally_all(const Table& s, const pl_args_moe_dispatch& args,
                                           uint32_t experts, uint32_t first, uint32_t thread) {
-  uint32_t* mine = s.tally + thread / pl::kWarpThreads * 2 * kMaxExperts;
+  uint32_t* mine = s.tally + thread / pl::kWarpThreads * kTallies * kMaxExperts;
   pl::vec::batched<kBatch>(
       thread, args.choices, kThreads,
       [&](uint32_t i) { return uint32_t(__ldcg(args.topk_ids + i)); },
@@ -62,8 +63,8 @@ __device__ __forceinline__ void segment_starts(const Table& s, const pl_args_moe
   if (thread < experts) {
     uint32_t b = 0, r = 0;
     for (uint32_t w = 0; w < kWarps; ++w) {
-      b += s.tally[(w * 2 + kBefore) * kMaxExperts + thread];
-      r += s.tally[(w * 2 + kRest) * kMaxExperts + thread];
+      b += s.tally[(w * kTallies + kBefore) * kMaxExperts + thread];
+      r += s.tally[(w * kTallies + kRest) * kMaxExperts + thread];
     }
     before[thread] = b;
     total[thread] = b + r;
@@ -158,7 +159,7 @@ extern "C" __device__ void pl_moe_dispatch_sort(const pl_place_moe_dispatch& at,
   const Share mine{args.choices, t};
   uint32_t* counts = s.counts + t * kMaxExperts;
 
-  for (uint32_t i = t; i < kWarps * 2 * kMaxExperts; i += kThreads) s.tally[i] = 0;
+  for (uint32_t i = t; i < kWarps * kTallies * kMaxExperts; i += kThreads) s.tally[i] = 0;
   for (uint32_t e = 0; e < experts; ++e) counts[e] = 0;
   pl::named_sync(at.bar.counted, kThreads);
   tally_all(s, args, experts, mine.slice_first, t);

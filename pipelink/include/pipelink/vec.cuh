@@ -81,6 +81,27 @@ __device__ __forceinline__ Choice choice(const Choice& mine, uint32_t j) {
   return {__shfl_sync(~0u, mine.slot, j), __shfl_sync(~0u, mine.weight, j)};
 }
 
+// The choices [0, count) two at a time, so a caller can have both rows' loads in flight
+// before it adds either: pair(j, choice j, choice j + 1) where both have a row (warp-
+// uniform: the usual case), else one(j, choice j) for each; then one(j, ...) for the
+// last choice of an odd count.
+template <class Pair, class One>
+__device__ __forceinline__ void for_choice_pairs(const Choice& mine, uint32_t count, Pair pair,
+                                                 One one) {
+  uint32_t j = 0;
+#pragma unroll 1
+  for (; j + 1 < count; j += 2) {
+    const Choice first = choice(mine, j), second = choice(mine, j + 1);
+    if (first.slot >= 0 && second.slot >= 0) {
+      pair(j, first, second);
+    } else {
+      one(j, first);
+      one(j + 1, second);
+    }
+  }
+  if (j < count) one(j, choice(mine, j));
+}
+
 // kBatch of a lane's vectors of row `slot`, a warp apart from vector v.
 template <uint32_t kBatch>
 __device__ __forceinline__ void load_batch(uint4 (&x)[kBatch], const __nv_bfloat16* rows,
@@ -120,22 +141,16 @@ __device__ __forceinline__ void weighted_row_sum_batch(uint32_t v, uint4* out, c
       add_scaled(acc[n], 1.0f, __ldcg(base + v + n * kWarpThreads));
     }
   }
-  uint32_t j = 0;
-#pragma unroll 1
-  for (; j + 1 < count; j += 2) {
-    const Choice first = choice(mine, j), second = choice(mine, j + 1);
-    if (first.slot >= 0 && second.slot >= 0) {   // warp-uniform: the usual case
-      uint4 x0[kBatch], x1[kBatch];
-      load_batch(x0, rows, cols, first.slot, v);
-      load_batch(x1, rows, cols, second.slot, v);
-      add_batch(acc, first.weight, x0);
-      add_batch(acc, second.weight, x1);
-    } else {
-      add_choice(acc, first, rows, cols, v);
-      add_choice(acc, second, rows, cols, v);
-    }
-  }
-  if (j < count) add_choice(acc, choice(mine, j), rows, cols, v);
+  for_choice_pairs(
+      mine, count,
+      [&](uint32_t, const Choice& first, const Choice& second) {
+        uint4 x0[kBatch], x1[kBatch];
+        load_batch(x0, rows, cols, first.slot, v);
+        load_batch(x1, rows, cols, second.slot, v);
+        add_batch(acc, first.weight, x0);
+        add_batch(acc, second.weight, x1);
+      },
+      [&](uint32_t, const Choice& c) { add_choice(acc, c, rows, cols, v); });
 #pragma unroll
   for (uint32_t n = 0; n < kBatch; ++n) out[v + n * kWarpThreads] = pack(acc[n]);
 }
