@@ -8,6 +8,7 @@ the ring shows in the SASS as the loads and barriers it should be.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
 
 
+@functools.cache
 def _is_function(component: str) -> bool:
     contract = yaml.safe_load((ROOT / "components" / component / "contract.yaml").read_text())
     return contract.get("kind") == "function"
