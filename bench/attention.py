@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from results_md import bench_main, put_section  # noqa: E402
+from results_md import bench_main, put_section, write_rows  # noqa: E402
 
 from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
 
@@ -196,7 +196,8 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
             "pairs": pairs * b}
 
 
-def run(build: Path, rounds: int, out: Path | None) -> None:
+def run(build: Path, rounds: int, out: Path | None,
+        recipes: tuple[str, ...] = RECIPES) -> None:
     import torch
 
     import pipelink
@@ -205,7 +206,7 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
     torch._dynamo.config.cache_size_limit = 64
     peak, _ = ceilings()
     rows = []
-    for recipe in RECIPES:
+    for recipe in recipes:
         ops = {"linked": pipelink.load(build / "sm_90a" / recipe),
                "mono": pipelink.load(build / "mono" / recipe)}
         for op in ops.values():
@@ -226,7 +227,7 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
     data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "peak_tflops": peak, "rows": rows}
     if out:
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        write_rows(out, data, recipes, RECIPES)
 
 
 def summary_lines(rows: list[dict], recipes: tuple[str, ...]) -> list[str]:
@@ -301,4 +302,4 @@ def report(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    bench_main(run, report, rounds=7)
+    bench_main(run, report, rounds=7, recipes=RECIPES)

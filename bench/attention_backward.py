@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from results_md import bench_main, put_section  # noqa: E402
+from results_md import bench_main, put_section, write_rows  # noqa: E402
 
 from bench.attention import (  # noqa: E402
     dense_mask,
@@ -135,7 +135,8 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
             "pairs": pairs * b}
 
 
-def run(build: Path, rounds: int, out: Path | None) -> None:
+def run(build: Path, rounds: int, out: Path | None,
+        recipes: tuple[str, ...] = RECIPES) -> None:
     import torch
 
     import pipelink
@@ -145,7 +146,7 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
     torch._functorch.config.donated_buffer = False
     peak, _ = ceilings()
     rows = []
-    for recipe in RECIPES:
+    for recipe in recipes:
         kernels = {"linked": pipelink.load(build / "sm_90a" / recipe),
                    "mono": pipelink.load(build / "mono" / recipe)}
         for b, h, s, d in shapes_of(recipe):
@@ -162,7 +163,7 @@ def run(build: Path, rounds: int, out: Path | None) -> None:
     data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "peak_tflops": peak, "rows": rows}
     if out:
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        write_rows(out, data, recipes, RECIPES)
 
 
 def report(path: Path) -> None:
@@ -187,4 +188,4 @@ def report(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    bench_main(run, report, rounds=7)
+    bench_main(run, report, rounds=7, recipes=RECIPES)

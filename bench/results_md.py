@@ -5,6 +5,7 @@ command line the newer benchmarks share (run on the GPU -> JSON; --report -> sec
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -25,17 +26,37 @@ def put_section(heading: str, section: str, results: Path = RESULTS) -> None:
     tmp.replace(results)
 
 
-def bench_main(run: Callable[[Path, int, Path | None], object],
-               report: Callable[[Path], None], rounds: int = 9) -> None:
+def bench_main(run: Callable[..., object], report: Callable[[Path], None], rounds: int = 9,
+               recipes: tuple[str, ...] | None = None) -> None:
     """`python bench/X.py [--build DIR] [--json OUT] [--rounds N]` times on the GPU;
-    `--report JSON` writes X's RESULTS.md section from an earlier run's JSON."""
+    `--report JSON` writes X's RESULTS.md section from an earlier run's JSON. Where the
+    benchmark names its `recipes`, `--recipes A B` times only those and merges their
+    rows into OUT's (see write_rows)."""
     p = argparse.ArgumentParser()
     p.add_argument("--build", default=str(RESULTS.parents[1] / "build" / "gpu"))
     p.add_argument("--json")
     p.add_argument("--report")
     p.add_argument("--rounds", type=int, default=rounds)
+    if recipes:
+        p.add_argument("--recipes", nargs="+", choices=recipes, default=list(recipes))
     a = p.parse_args()
     if a.report:
         report(Path(a.report))
         return
-    run(Path(a.build), a.rounds, Path(a.json) if a.json else None)
+    extra = {"recipes": tuple(r for r in recipes if r in a.recipes)} if recipes else {}
+    run(Path(a.build), a.rounds, Path(a.json) if a.json else None, **extra)
+
+
+def write_rows(out: Path, data: dict, timed: tuple[str, ...], order: tuple[str, ...]) -> None:
+    """Writes a run's JSON to `out` atomically. A run that timed only some recipes keeps
+    the rows of the others from the file already there (same GPU and torch only), so a
+    partial rerun refreshes its rows and leaves the rest of the report whole."""
+    rows = list(data["rows"])
+    if out.is_file() and set(timed) != set(order):
+        old = json.loads(out.read_text())
+        if (old.get("gpu"), old.get("torch")) == (data["gpu"], data["torch"]):
+            rows += [r for r in old["rows"] if r["recipe"] not in timed]
+    rows.sort(key=lambda r: order.index(r["recipe"]))     # stable: shapes keep their order
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps({**data, "rows": rows}, indent=1) + "\n")
+    tmp.replace(out)
