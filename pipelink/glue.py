@@ -395,15 +395,15 @@ class _Glue:
                 target = provider.symbol(caller_symbol(provider.name, t.src.port, f.name))
                 w(f"// {t.dst} -> {t.src}: function '{f.name}'.")
                 w.open(f'extern "C" __device__ {f.returns} {symbol}('
-                       f"const pl::KernelInfo& k, {f.signature()})")
+                       f"{f.signature('const pl::KernelInfo& k')})")
                 init = "{}"
                 if provider.contract.data.get("args"):
                     w(f"const pl_params_{self.k.recipe.name}& p = "
                       f"*static_cast<const pl_params_{self.k.recipe.name}*>(k.params);")
                     init = self.args_init(t.src.instance, provider)
                 w(f"const {args_type} args = {init};")
-                w(f"return {self.ns(provider)}{target}({self.at(t.src.instance)}, args, k, "
-                  f"{f.arguments()});")
+                first = f"{self.at(t.src.instance)}, args, k"
+                w(f"return {self.ns(provider)}{target}({f.arguments(first)});")
                 w.close()
         if defined:
             w()

@@ -196,7 +196,7 @@ def generate(bound: BoundContract) -> str:
             out += [f"// Function '{fn}' of interface '{c.ports[port].spec['interface']}' that "
                     f"port '{port}' {what}.",
                     f'extern "C" __device__ {f.returns} {bound.symbol(name_)}'
-                    f"({first}, {f.signature()});"]
+                    f"({f.signature(first)});"]
             aliases += [f"#undef {name_}", f"#define {name_} {bound.symbol(name_)}"]
     out += ["", "// Plain names for the component's own source.", "#ifndef PL_GLUE", *aliases,
             "#endif", "", f"#endif  // {guard}", ""]

@@ -22,11 +22,13 @@ class Function:
     params: tuple[tuple[str, str], ...]   # (C++ type, name)
     description: str
 
-    def signature(self) -> str:
-        return ", ".join(f"{ctype} {name}" for ctype, name in self.params)
+    def signature(self, first: str) -> str:
+        """The parameter list: `first` (the leading parameters every symbol takes), then
+        the interface's own."""
+        return ", ".join([first, *(f"{ctype} {name}" for ctype, name in self.params)])
 
-    def arguments(self) -> str:
-        return ", ".join(name for _, name in self.params)
+    def arguments(self, first: str) -> str:
+        return ", ".join([first, *(name for _, name in self.params)])
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,11 @@ INTERFACES: dict[str, Interface] = {i.name: i for i in (
         (Function("score", "float",
                   (("float", "s"), (_I32, "batch"), (_I32, "head"), (_I32, "q"), (_I32, "kv")),
                   "the score of query q and key kv of (batch, head), given the scaled "
-                  "dot product s"),)),
+                  "dot product s"),
+         Function("identity", "bool", (),
+                  "whether score() returns s unchanged (a constant: after the link's LTO "
+                  "the core skips the call and folds the softmax scale into its "
+                  "exponent, one multiply per score fewer)"))),
 )}
 
 

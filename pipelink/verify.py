@@ -211,7 +211,7 @@ def function_stubs(objects: dict[str, ComponentObject]) -> list[str]:
         for key, name in b.functions("in").items():
             f = function_of(b.contract, *key.split("."))
             out.append(f'extern "C" __device__ {f.returns} {b.symbol(name)}('
-                       f"const pl::KernelInfo&, {f.signature()}) {{ return {{}}; }}")
+                       f"{f.signature('const pl::KernelInfo&')}) {{ return {{}}; }}")
     return out
 
 

@@ -13,3 +13,9 @@ extern "C" __device__ float pl_alibi_score_score_score(const pl_place_alibi_scor
   const float slope = pl::attn::exp2_approx(kSlopeExponent * float(head + 1));
   return fmaf(slope, float(kv - q), s);
 }
+
+extern "C" __device__ bool pl_alibi_score_score_identity(const pl_place_alibi_score&,
+                                                         const pl_args_alibi_score&,
+                                                         const pl::KernelInfo&) {
+  return false;
+}

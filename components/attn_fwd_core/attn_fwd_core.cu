@@ -37,7 +37,7 @@ static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
 
 using pl::attn::Fragment;
 
-// The running softmax state of this thread's two rows.
+// The running softmax state of this thread's two rows (max in S's units: see logit_unit).
 struct Softmax {
   float max[2] = {kNegInf, kNegInf};
   float sum[2] = {0.0f, 0.0f};     // this thread's part; the quad adds up at the end
@@ -57,19 +57,38 @@ __device__ __forceinline__ void issue_scores(float (&s)[kScores], uint32_t q_sta
   pl::wgmma::commit();
 }
 
-// Scales S, applies the score modifier, and masks: per element on a tile that reaches
-// past the sequence's last key, or that the blocks function does not call full and
-// the mask calls partial.
+// The factor from S as modify_scores leaves it to natural-log logits: with the identity
+// score modifier S stays unscaled and the softmax scale rides on the exponent's FFMA
+// (the link's LTO folds score_identity() into a constant, so one path remains).
+__device__ __forceinline__ float logit_unit(const pl::KernelInfo& k) {
+  return pl_attn_fwd_core_score_identity(k) ? kScale : 1.0f;
+}
+
+// Applies the score modifier (to the scaled S) and masks: per element on a tile that
+// reaches past the sequence's last key, or that the blocks function does not call full
+// and the mask calls partial. With the identity modifier a tile that is not partial is
+// left as it is (no pass over S at all).
 __device__ __forceinline__ void modify_scores(float (&s)[kScores], const pl::KernelInfo& k,
                                               const pl::WorkTile& tile, Fragment f,
                                               int32_t q_first, pl::attn::KvTile kv_tile,
                                               int32_t kv_len) {
   const int32_t q_tile = tile.m_block * int32_t(kTileM);
   const int32_t kv_first = kv_tile.index * int32_t(kTileN);
+  const bool identity = pl_attn_fwd_core_score_identity(k);
   const bool partial = kv_first + int32_t(kTileN) > kv_len ||
                        (!kv_tile.full &&
                         pl_attn_fwd_core_mask_partial(k, q_tile, q_tile + int32_t(kTileM),
                                                       kv_first, kv_first + int32_t(kTileN)));
+  if (identity) {              // S stays as it is; the mask only on a partial tile
+    if (!partial) return;
+#pragma unroll
+    for (uint32_t i = 0; i < kScores; ++i) {
+      const int32_t q = q_first + f.row(Fragment::row_half(i));
+      const int32_t kv = kv_first + f.col0 + Fragment::column(i);
+      if (kv >= kv_len || !pl_attn_fwd_core_mask_keep(k, q, kv)) s[i] = kNegInf;
+    }
+    return;
+  }
 #pragma unroll
   for (uint32_t i = 0; i < kScores; ++i) {
     const int32_t q = q_first + f.row(Fragment::row_half(i));
@@ -79,11 +98,13 @@ __device__ __forceinline__ void modify_scores(float (&s)[kScores], const pl::Ker
   }
 }
 
-// Online softmax: folds S into the running max and sum and leaves P = exp(S - max)
-// in S; returns in `rescale` what O's rows must be multiplied by (O is still being
-// accumulated by the previous tile's P V, so the caller applies it once that retires).
-__device__ __forceinline__ void softmax_tile(float (&s)[kScores], Softmax& sm,
+// Online softmax: folds S (logits times 1 / unit) into the running max and sum and
+// leaves P = exp(S - max) in S; returns in `rescale` what O's rows must be multiplied by
+// (O is still being accumulated by the previous tile's P V, so the caller applies it
+// once that retires).
+__device__ __forceinline__ void softmax_tile(float (&s)[kScores], Softmax& sm, float unit,
                                              float (&rescale)[2]) {
+  const float to_log2 = unit * pl::attn::kLog2e;
   float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
   for (uint32_t i = 0; i < kScores; ++i) {
@@ -95,15 +116,15 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kScores], Softmax& sm,
     const float max = fmaxf(sm.max[r], pl::attn::quad_max(tile_max[r]));
     // A row that has seen no key yet keeps max -inf: exponentiate against 0 instead,
     // so its P and its rescale are 0, never NaN.
-    base[r] = max == kNegInf ? 0.0f : max * pl::attn::kLog2e;
-    rescale[r] = pl::attn::exp2_approx(sm.max[r] * pl::attn::kLog2e - base[r]);
+    base[r] = max == kNegInf ? 0.0f : max * to_log2;
+    rescale[r] = pl::attn::exp2_approx(sm.max[r] * to_log2 - base[r]);
     sm.max[r] = max;
     sm.sum[r] *= rescale[r];
   }
 #pragma unroll
   for (uint32_t i = 0; i < kScores; ++i) {
     const uint32_t r = Fragment::row_half(i);
-    s[i] = pl::attn::exp2_approx(fmaf(s[i], pl::attn::kLog2e, -base[r]));
+    s[i] = pl::attn::exp2_approx(fmaf(s[i], to_log2, -base[r]));
     sm.sum[r] += s[i];
   }
 }
@@ -165,7 +186,8 @@ struct Turns {
 __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
                                             const pl_args_attn_fwd_core& args,
                                             const pl::WorkTile& tile, Fragment f,
-                                            int32_t q_first, int32_t kv_len, bool writer) {
+                                            int32_t q_first, int32_t kv_len, float unit,
+                                            bool writer) {
   float inverse[2];
 #pragma unroll
   for (uint32_t r = 0; r < 2; ++r) {
@@ -173,7 +195,7 @@ __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
     inverse[r] = sum > 0.0f ? __fdividef(1.0f, sum) : 0.0f;   // MUFU.RCP, no slow path
     const int32_t q = q_first + f.row(r);
     if (writer && q < kv_len) {
-      const float lse = sum > 0.0f ? sm.max[r] + __logf(sum) : kNegInf;
+      const float lse = sum > 0.0f ? sm.max[r] * unit + __logf(sum) : kNegInf;
       args.lse[size_t(tile.m_offset) * args.lse_rows + size_t(tile.n_block) * args.lse_heads +
                uint32_t(q)] = lse;
     }
@@ -198,6 +220,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
                     warpgroup == 0 ? at.bar.turn_b : at.bar.turn_a, warpgroup};
   const int32_t kv_len = tile.m_end - tile.m_offset;
   const int32_t q_first = tile.m_block * int32_t(kTileM) + int32_t(warpgroup * kRows);
+  const float unit = logit_unit(k);
   Softmax sm;
 #pragma unroll
   for (uint32_t i = 0; i < kOutputs; ++i) o[i] = 0.0f;
@@ -218,7 +241,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
     st.k.advance(at.port.k);
     modify_scores(s, k, tile, f, q_first,
                   pl_attn_fwd_core_blocks_kv_tile(k, tile, tile.k_begin), kv_len);
-    softmax_tile(s, sm, rescale);
+    softmax_tile(s, sm, unit, rescale);
     pl::attn::pack_a_operand(s, p);
     for (int32_t step = tile.k_begin + 1; step < tile.k_end; ++step) {
       // Tile j's scores and tile j - 1's P V in flight together.
@@ -234,7 +257,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
       st.k.advance(at.port.k);
       modify_scores(s, k, tile, f, q_first, pl_attn_fwd_core_blocks_kv_tile(k, tile, step),
                     kv_len);
-      softmax_tile(s, sm, rescale);
+      softmax_tile(s, sm, unit, rescale);
       pl::wgmma::wait<0>();                 // P V is in: O and P are free
       pl::wgmma::fence_operands(o);
       pl::wgmma::fence_fragments(p);
@@ -257,5 +280,5 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
   }
   if (releaser) pl::consumer_release(at.port.q, st.q);
   st.q.advance(at.port.q);
-  finish_rows(o, sm, args, tile, f, q_first, kv_len, f.col0 == 0);
+  finish_rows(o, sm, args, tile, f, q_first, kv_len, unit, f.col0 == 0);
 }

@@ -11,3 +11,9 @@ extern "C" __device__ float pl_softcap_score_score_score(const pl_place_softcap_
                                                          int32_t, int32_t, int32_t, int32_t) {
   return kCap * tanhf(s * (1.0f / kCap));
 }
+
+extern "C" __device__ bool pl_softcap_score_score_identity(const pl_place_softcap_score&,
+                                                           const pl_args_softcap_score&,
+                                                           const pl::KernelInfo&) {
+  return false;
+}
