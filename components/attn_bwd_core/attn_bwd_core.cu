@@ -225,18 +225,24 @@ __device__ __forceinline__ void issue_query_grads(float (&dq)[kDq], uint32_t ds_
 }
 
 // dQ's partial sums into the fp32 accumulator [rows, heads, head_dim], two adjacent
-// columns per vector reduction; queries past the sequence are not added.
+// columns per vector reduction; queries past the sequence are not added. Each of the
+// thread's two rows is addressed once and tested once: its reductions are that row's
+// pointer plus constants (immediate offsets).
 __device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* dq_rows,
                                                 uint32_t heads, Fragment f, StepTile t,
                                                 uint32_t first_column) {
 #pragma unroll
-  for (uint32_t i = 0; i < kDq; i += Fragment::kColumnsPerThread) {
-    const int32_t q = t.q_first + f.row(Fragment::row_half(i));
+  for (uint32_t r = 0; r < 2; ++r) {
+    const int32_t q = t.q_first + f.row(r);
     if (q >= t.len) continue;
-    float* at = dq_rows + size_t(q) * heads * kHeadDim + first_column +
-                uint32_t(f.col0 + Fragment::column(i));
-    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(at), "f"(dq[i]),
-                 "f"(dq[i + 1]) : "memory");
+    float* row_at = dq_rows + size_t(q) * heads * kHeadDim + first_column + uint32_t(f.col0);
+#pragma unroll
+    for (uint32_t i = 0; i < kDq; i += Fragment::kColumnsPerThread) {
+      if (uint32_t(Fragment::row_half(i)) != r) continue;
+      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};"
+                   :: "l"(row_at + Fragment::column(i)), "f"(dq[i]), "f"(dq[i + 1])
+                   : "memory");
+    }
   }
 }
 
@@ -295,17 +301,16 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   pl::consumer_wait(at.port.kv, st.kv);
   const uint32_t k_stage = pl::stage_offset(at.port.kv, st.kv);
   const uint32_t v_stage = k_stage + kTileN * kHeadDim * uint32_t(sizeof(Element));
+  const pl::attn::QueryWalk walk = pl::attn::query_walk(tile, args.kv_group);
+  pl::attn::QueryStep qs = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
   // The first step's statistics; each step stages the next one's before its barrier.
   if (tile.k_tiles() > 0) {
-    store_stat(at.smem.stats,
-               load_stat(args, tile, pl::attn::query_step(tile, tile.k_begin, args.kv_group),
-                         thread),
-               thread);
+    store_stat(at.smem.stats, load_stat(args, tile, qs, thread), thread);
     pl::named_sync(at.bar.ds_ready, kThreads);
   }
   uint32_t n = 0;
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
-    const pl::attn::QueryStep qs = pl::attn::query_step(tile, step, args.kv_group);
+    const pl::attn::QueryStep next_qs = walk.next(qs);
     StepTile t{qs.q_tile * int32_t(kTileQ), kv_first, len, false};
     t.partial = t.kv_first + int32_t(kRows) > len || t.q_first + int32_t(kTileQ) > len ||
                 pl_attn_bwd_core_mask_partial(k, t.q_first, t.q_first + int32_t(kTileQ),
@@ -324,9 +329,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
     issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
-    const float next_stat =
-        more ? load_stat(args, tile, pl::attn::query_step(tile, step + 1, args.kv_group), thread)
-             : 0.0f;
+    const float next_stat = more ? load_stat(args, tile, next_qs, thread) : 0.0f;
     pl::wgmma::wait<1>();
     pl::wgmma::fence_operands(s);
     probabilities(s, k, stats_stage, f, t);
@@ -371,6 +374,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     } else {
       add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
     }
+    qs = next_qs;
   }
   // Every warpgroup is done with the last step's buffers before the next record writes.
   if (n > 0) pl::named_sync(at.bar.ds_ready, kThreads);

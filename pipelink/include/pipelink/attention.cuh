@@ -69,6 +69,21 @@ __device__ __forceinline__ QueryStep query_step(const WorkTile& tile, int32_t st
   return QueryStep{tile.n_block * int32_t(group) + local / tiles, tile.k_begin + local % tiles};
 }
 
+// The steps of a backward record in query_step's order, one after the other without its
+// division per step: the next query tile of the head, or the next head's first.
+struct QueryWalk {
+  int32_t first_tile;
+  int32_t end_tile;
+  __device__ QueryStep next(QueryStep qs) const {
+    return qs.q_tile + 1 < end_tile ? QueryStep{qs.head, qs.q_tile + 1}
+                                    : QueryStep{qs.head + 1, first_tile};
+  }
+};
+
+__device__ __forceinline__ QueryWalk query_walk(const WorkTile& tile, uint32_t group) {
+  return QueryWalk{tile.k_begin, tile.k_begin + (tile.k_end - tile.k_begin) / int32_t(group)};
+}
+
 // The step range of a backward record whose query tiles are `q_tiles`, for `group`
 // query heads per K/V head.
 __device__ __forceinline__ Span query_steps(Span q_tiles, uint32_t group) {
