@@ -7,7 +7,8 @@ of 256 to 3072 tokens; attn_paged reads K and V from shuffled 64-token pages, wh
 baselines gather first (timed with them).
 
     python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_block_sparse \
-        attn_document attn_paged attn_causal_d64 attn_dense_d64  # build machine
+        attn_document attn_paged attn_causal_d64 attn_dense_d64 attn_sliding_d64 \
+        attn_block_sparse_d64 attn_paged_d64                     # build machine
     python bench/attention.py --json bench/attention.json        # GPU machine
     python bench/attention.py --report bench/attention.json      # RESULTS.md section
 
@@ -37,7 +38,8 @@ ROTATE = 2
 SHAPES = {128: [(4, 16, 4096, 128), (1, 16, 16384, 128)], 64: [(8, 16, 2048, 64)]}
 WINDOW = 1024
 RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document",
-           "attn_paged", "attn_causal_d64", "attn_dense_d64")
+           "attn_paged", "attn_causal_d64", "attn_dense_d64", "attn_sliding_d64",
+           "attn_block_sparse_d64", "attn_paged_d64")
 HEAD_DIM_64 = "_d64"    # the suffix of a recipe built at head dim 64
 
 

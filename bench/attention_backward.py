@@ -7,7 +7,7 @@ run. attn_document packs the same B S tokens as one sequence of documents of 256
 tokens, as bench/attention.py does.
 
     python -m tests.gpu.build attn_causal attn_causal_deterministic attn_dense \
-        attn_sliding attn_document attn_causal_d64 attn_dense_d64 # build machine
+        attn_sliding attn_document attn_causal_d64 attn_dense_d64 attn_sliding_d64  # build
     python bench/attention_backward.py --json bench/attention_backward.json   # GPU
     python bench/attention_backward.py --report bench/attention_backward.json
 
@@ -44,7 +44,7 @@ from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
 
 ROTATE = 2
 RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
-           "attn_document", "attn_causal_d64", "attn_dense_d64")
+           "attn_document", "attn_causal_d64", "attn_dense_d64", "attn_sliding_d64")
 FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
 TOLERANCE = 5e-2                  # max |diff| vs SDPA, relative to the gradient's max
 

@@ -23,7 +23,8 @@ DEFAULT = ["pipeline_demo", "gemm", "gemm_streamk", "gemm_dynamic", "gemm_multic
            "moe_train_simt", "attn_causal", "attn_dense", "attn_softcap", "attn_alibi",
            "attn_sliding", "attn_document", "attn_block_sparse", "attn_paged",
            "attn_causal_deterministic", "attn_causal_d64", "attn_dense_d64",
-           "attn_causal_d64_deterministic"]
+           "attn_causal_d64_deterministic", "attn_sliding_d64", "attn_block_sparse_d64",
+           "attn_paged_d64"]
 
 # Also linked with phase clocks into <out>/phases/ (bench: where the time goes).
 PHASE_CLOCKED = {"mlp", "moe_train"}

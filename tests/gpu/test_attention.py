@@ -21,7 +21,8 @@ SOFTCAP = 30.0
 ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sliding",
              "attn_document", "attn_block_sparse", "attn_paged", "attn_causal_deterministic")
 # Recipes built at head dim 64 (their own core objects); every other one is at 128.
-HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic")
+HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
+               "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64")
 
 
 def head_dim(recipe: str) -> int:
@@ -92,6 +93,7 @@ CASES = [  # recipe, B, S, H, HKV
     ("attn_causal_d64", 2, 1000, 4, 2),
     ("attn_causal_d64", 1, 77, 2, 1),
     ("attn_dense_d64", 1, 333, 2, 2),
+    ("attn_sliding_d64", 1, 2500, 2, 1),
 ]
 
 
@@ -114,7 +116,8 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
             "attn_causal_deterministic")
-BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic")
+BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
+               "attn_sliding_d64")
 GRAD_CASES = [  # recipe, B, S, H, HKV
     ("attn_causal", 2, 256, 4, 4),      # whole tiles
     ("attn_causal", 1, 1000, 4, 2),     # S not a multiple of either tile, GQA
@@ -124,6 +127,7 @@ GRAD_CASES = [  # recipe, B, S, H, HKV
     ("attn_causal_d64", 2, 256, 4, 4),  # head dim 64: dQ split by keys
     ("attn_causal_d64", 1, 1000, 4, 2),
     ("attn_dense_d64", 2, 333, 2, 1),
+    ("attn_sliding_d64", 1, 2200, 2, 1),
 ]
 GRAD_RTOL = 5e-2     # P and dS rounded to bf16 for their GEMMs, gradients to bf16
 
@@ -288,8 +292,9 @@ SPARSE = [  # B, S, H, HKV, BlockMask kind
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe", ["attn_block_sparse", "attn_block_sparse_d64"])
 @pytest.mark.parametrize("b,s,h,hkv,kind", SPARSE)
-def test_block_sparse_reads_flex_block_masks(build_dir, mode, b, s, h, hkv, kind):
+def test_block_sparse_reads_flex_block_masks(build_dir, mode, recipe, b, s, h, hkv, kind):
     """attn_block_sparse takes the BlockMask create_block_mask built, as is, and
     matches the fp32 reference of the same mask_mod and FlexAttention itself. A query
     row that sees no key (kind 'holes') gets O = 0 and LSE = -inf."""
@@ -297,13 +302,14 @@ def test_block_sparse_reads_flex_block_masks(build_dir, mode, b, s, h, hkv, kind
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     import pipelink
-    op = pipelink.load(build_dir / mode / "attn_block_sparse")
-    q, k, v = inputs(b, s, h, hkv, 128, seed=s + h)
+    op = pipelink.load(build_dir / mode / recipe)
+    d = head_dim(recipe)
+    q, k, v = inputs(b, s, h, hkv, d, seed=s + h)
     mask_mod = sparse_mask_mod(kind)
     broadcast = kind != "per_head"
     bm = create_block_mask(mask_mod, None if broadcast else b, None if broadcast else h, s, s,
                            device="cuda")
-    o = torch.full((b, s, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
     op(q, k, v, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices,
        out=(o, lse))
@@ -314,7 +320,7 @@ def test_block_sparse_reads_flex_block_masks(build_dir, mode, b, s, h, hkv, kind
     groups = h // hkv
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
     kf, vf = kf.repeat_interleave(groups, dim=1), vf.repeat_interleave(groups, dim=1)
-    scores = (qf @ kf.transpose(-1, -2) / math.sqrt(128)).masked_fill(~keep, float("-inf"))
+    scores = (qf @ kf.transpose(-1, -2) / math.sqrt(d)).masked_fill(~keep, float("-inf"))
     want_lse = torch.logsumexp(scores, dim=-1)
     want_o = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ vf
     torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
@@ -342,19 +348,21 @@ def paged(k, page: int, spare: int, seed: int):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe", ["attn_paged", "attn_paged_d64"])
 @pytest.mark.parametrize("b,s,h,hkv", [(2, 1000, 4, 2), (1, 130, 2, 2), (3, 256, 2, 1)])
-def test_paged_kv_matches_contiguous(build_dir, mode, b, s, h, hkv):
+def test_paged_kv_matches_contiguous(build_dir, mode, recipe, b, s, h, hkv):
     """attn_paged: K and V through a shuffled block table give the causal recipe's
     answer on the contiguous tensors (pages past a sequence's end hold noise)."""
     import torch
 
     import pipelink
-    op = pipelink.load(build_dir / mode / "attn_paged")
-    q, k, v = inputs(b, s, h, hkv, 128, seed=s * 3 + h)
+    op = pipelink.load(build_dir / mode / recipe)
+    d = head_dim(recipe)
+    q, k, v = inputs(b, s, h, hkv, d, seed=s * 3 + h)
     k_cache, table = paged(k, 64, spare=5, seed=s)
     v_cache, same = paged(v, 64, spare=5, seed=s)    # the same shuffle
     assert torch.equal(table, same)
-    o = torch.full((b, s, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
     op(q, k_cache, v_cache, table, out=(o, lse))
     want_o, want_lse = reference(q, k, v, "attn_causal")
