@@ -230,6 +230,9 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
     float s[kScores], rescale[2];
     uint32_t p[kPVSteps][4];
     turns.open_tile();
+    // Each step's key tile is asked of the blocks function before the step's waits: a
+    // block-sparse layout answers from global memory, and the waits hide that read.
+    pl::attn::KvTile kv_tile = pl_attn_fwd_core_blocks_kv_tile(k, tile, tile.k_begin);
     // The first key tile: its scores alone.
     pl::consumer_wait(at.port.k, st.k);
     turns.wait();
@@ -239,12 +242,12 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
     pl::wgmma::fence_operands(s);
     if (releaser) pl::consumer_release(at.port.k, st.k);
     st.k.advance(at.port.k);
-    modify_scores(s, k, tile, f, q_first,
-                  pl_attn_fwd_core_blocks_kv_tile(k, tile, tile.k_begin), kv_len);
+    modify_scores(s, k, tile, f, q_first, kv_tile, kv_len);
     softmax_tile(s, sm, unit, rescale);
     pl::attn::pack_a_operand(s, p);
     for (int32_t step = tile.k_begin + 1; step < tile.k_end; ++step) {
       // Tile j's scores and tile j - 1's P V in flight together.
+      kv_tile = pl_attn_fwd_core_blocks_kv_tile(k, tile, step);
       pl::consumer_wait(at.port.k, st.k);
       pl::consumer_wait(at.port.v, st.v);
       turns.wait();
@@ -255,8 +258,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
       pl::wgmma::fence_operands(s);
       if (releaser) pl::consumer_release(at.port.k, st.k);
       st.k.advance(at.port.k);
-      modify_scores(s, k, tile, f, q_first, pl_attn_fwd_core_blocks_kv_tile(k, tile, step),
-                    kv_len);
+      modify_scores(s, k, tile, f, q_first, kv_tile, kv_len);
       softmax_tile(s, sm, unit, rescale);
       pl::wgmma::wait<0>();                 // P V is in: O and P are free
       pl::wgmma::fence_operands(o);

@@ -44,14 +44,18 @@ extern "C" __device__ void pl_attn_loader_producer(const pl_place_attn_loader& a
                                                    pl_state_attn_loader_producer& st) {
   const int32_t head = tile.n_block;
   const int32_t kv_head = head / int32_t(args.kv_group);
+  // Each step's key tile is read while the stages before it fill (a block-sparse layout
+  // answers from global memory: its latency stays off the producer's path).
+  const bool any = tile.k_begin < tile.k_end;
+  int32_t kv = any ? pl_attn_loader_blocks_kv_tile(k, tile, tile.k_begin).index : 0;
   pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
     pl::attn::load_head_tile<kTileM, kBoxes>(stage, args.tma_q, full, head,
                                               tile.first_row(kTileM));
   });
   st.q.advance(at.port.q);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
-    const int32_t kv = pl_attn_loader_blocks_kv_tile(k, tile, step).index;
     const int32_t row = tile.m_offset + kv * int32_t(kTileN);
+    if (step + 1 < tile.k_end) kv = pl_attn_loader_blocks_kv_tile(k, tile, step + 1).index;
     pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
       pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_k, full, kv_head, row);
     });

@@ -23,24 +23,35 @@ static_assert(kTileN % kPage == 0 && kPage % kSwizzleRows == 0 && kPage <= 256,
               "a key tile is whole pages of whole 8-row swizzle atoms: page divides tile_n, "
               "is a multiple of 8 and at most 256");
 
-// Key tile `kv` of sequence `sequence` from a paged cache: each page's rows where a
-// contiguous load would put them. A page past the sequence's table loads the table's
-// last page instead (the core masks keys past the sequence), so every stage lands the
-// same bytes.
-__device__ __forceinline__ void load_paged(uint32_t stage, const pl::TensorMap* map,
-                                           uint32_t full, int32_t head,
-                                           const pl_args_attn_paged_loader& args,
-                                           int32_t sequence, int32_t kv) {
+// The cache rows where key tile `kv` of sequence `sequence` starts, page by page. A page
+// past the sequence's table takes the table's last page instead (the core masks keys
+// past the sequence), so every stage lands the same bytes.
+struct PageRows {
+  int32_t row[kPagesPerTile];
+};
+
+__device__ __forceinline__ PageRows page_rows(const pl_args_attn_paged_loader& args,
+                                              int32_t sequence, int32_t kv) {
   const int32_t* table = args.block_table + size_t(sequence) * args.pages_per_seq;
   const int32_t last_page = int32_t(args.pages_per_seq) - 1;
+  PageRows rows;
 #pragma unroll
   for (uint32_t p = 0; p < kPagesPerTile; ++p) {
     const int32_t page = min(kv * int32_t(kPagesPerTile) + int32_t(p), last_page);
-    const int32_t row = __ldg(table + page) * int32_t(kPage);
+    rows.row[p] = __ldg(table + page) * int32_t(kPage);
+  }
+  return rows;
+}
+
+// A key tile from a paged cache: each page's rows where a contiguous load would put them.
+__device__ __forceinline__ void load_paged(uint32_t stage, const pl::TensorMap* map,
+                                           uint32_t full, int32_t head, const PageRows& rows) {
+#pragma unroll
+  for (uint32_t p = 0; p < kPagesPerTile; ++p) {
 #pragma unroll
     for (uint32_t b = 0; b < kBoxes; ++b) {
       pl::tma::load_3d(stage + (b * kTileN + p * kPage) * kSwizzleBytes, map, full,
-                       int32_t(b * kBoxColumns), head, row);
+                       int32_t(b * kBoxColumns), head, rows.row[p]);
     }
   }
 }
@@ -62,18 +73,25 @@ extern "C" __device__ void pl_attn_paged_loader_producer(const pl_place_attn_pag
                                                          pl_state_attn_paged_loader_producer& st) {
   const int32_t head = tile.n_block;
   const int32_t kv_head = head / int32_t(args.kv_group);
+  // Each step's page rows are read while the stages before it fill: the block table's
+  // latency stays off the producer's path.
+  const auto rows_of = [&](int32_t step) {
+    return page_rows(args, tile.group, pl_attn_paged_loader_blocks_kv_tile(k, tile, step).index);
+  };
+  PageRows rows = tile.k_begin < tile.k_end ? rows_of(tile.k_begin) : PageRows{};
   pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
     pl::attn::load_head_tile<kTileM, kBoxes>(stage, args.tma_q, full, head,
                                               tile.first_row(kTileM));
   });
   st.q.advance(at.port.q);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
-    const int32_t kv = pl_attn_paged_loader_blocks_kv_tile(k, tile, step).index;
+    const PageRows here = rows;
+    if (step + 1 < tile.k_end) rows = rows_of(step + 1);
     pl::producer_fill(at.port.k, st.k, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
-      load_paged(stage, args.tma_k, full, kv_head, args, tile.group, kv);
+      load_paged(stage, args.tma_k, full, kv_head, here);
     });
     pl::producer_fill(at.port.v, st.v, kTileBytesKV, [&](uint32_t stage, uint32_t full) {
-      load_paged(stage, args.tma_v, full, kv_head, args, tile.group, kv);
+      load_paged(stage, args.tma_v, full, kv_head, here);
     });
     st.k.advance(at.port.k);
     st.v.advance(at.port.v);

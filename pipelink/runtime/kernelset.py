@@ -68,6 +68,18 @@ class KernelSet:
                                      hint="kernels: " + ", ".join(self.kernels))
         return self.kernels[name]
 
+    @property
+    def check_contents(self) -> bool:
+        """Whether every kernel checks its index inputs' values (``launch.contents``)
+        before a launch; setting it sets it on each kernel of the set (on the set alone
+        it would reach none of them)."""
+        return all(op.check_contents for op in self.kernels.values())
+
+    @check_contents.setter
+    def check_contents(self, value: bool) -> None:
+        for op in self.kernels.values():
+            op.check_contents = bool(value)
+
     def __getitem__(self, name: str) -> Op:
         return self._kernel(name, "kernel")
 

@@ -120,6 +120,22 @@ def test_scratch_backward_runs_once_and_kept_outputs_are_not_differentiable():
         y.sum().backward()
 
 
+def test_check_contents_set_on_a_kernel_set_reaches_every_kernel():
+    """`ks.check_contents = False` (as docs/pytorch.md says) turns the value checks off
+    in every kernel of the set; an attribute on the set alone would reach none."""
+    from pipelink.runtime.kernelset import KernelSet
+    ks = object.__new__(KernelSet)
+    ks.kernels = {name: Op.from_meta(_gemm_meta(f"kc{name}", "x", "w", "y",
+                                                (["M", "K"], ["N", "K"], ["M", "N"])), 132)
+                  for name in ("forward", "backward")}
+    assert ks.check_contents
+    ks.check_contents = False
+    assert not ks.check_contents
+    assert not any(op.check_contents for op in ks.kernels.values())
+    ks.kernels["backward"].check_contents = True
+    assert not ks.check_contents          # true only where every kernel checks
+
+
 def test_autograd_runs_the_gradient_kernels():
     """Forward and backward through the registered ops, on meta tensors: shapes of every
     gradient follow the gradient kernels' launch sections."""
