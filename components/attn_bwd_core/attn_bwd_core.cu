@@ -3,8 +3,10 @@
 // keeps their dK and dV in registers across the record. Per query step it recomputes
 // P^T = exp(scale K Q^T - LSE) and dP^T = V dO^T (smem x smem wgmma), forms
 // dS^T = scale P^T (dP^T - delta), accumulates dV += P^T dO and dK += dS^T Q with P^T and
-// dS^T as register A operands, and adds its columns of dQ = dS K (dS through shared
-// memory: every warpgroup's keys) to an fp32 dQ accumulator in global memory.
+// dS^T as register A operands, and adds its share of dQ = dS K (dS through shared
+// memory) to an fp32 dQ accumulator in global memory: at head dim 128 its columns over
+// every warpgroup's keys (the two meet at a barrier each step), at 64 every column over
+// its own keys (each goes at its own pace).
 #include "pl_attn_bwd_core.h"
 #include "pipelink/wgmma.cuh"
 
@@ -50,7 +52,8 @@ static_assert(kTileQ == kBoxColumns,
 static_assert(kTileN == kRows || kTileN == 2 * kRows,
               "each warpgroup owns 64 keys: tile_n = 64 or 128");
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
-static_assert(kStatsFloats <= kThreads, "one thread stages each float of a step's statistics");
+static_assert(kStatsFloats <= pl::kWarpgroupThreads,
+              "one thread of each warpgroup stages each float of a step's statistics");
 static_assert(kDqColumns % kBoxColumns == 0, "dQ's columns are whole 64-column boxes of K");
 
 // Issues S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys as two committed
@@ -89,9 +92,9 @@ struct StepTile {
 
 // A step's query statistics (base-2 LSE and delta of its tile_q queries,
 // pl::attn::stats_index: written by attn_bwd_prep in this launch, so read through L2)
-// go to a shared buffer, one float per thread: loaded early, stored before the barrier
-// that publishes them to both warpgroups (ordinary loads and stores). A query past the
-// sequence gets LSE +inf and delta 0 (P = 0).
+// go to the warpgroup's own shared buffer, one float per thread of the warpgroup: loaded
+// early, stored before the barrier that publishes them (ordinary loads and stores). A
+// query past the sequence gets LSE +inf and delta 0 (P = 0).
 __device__ __forceinline__ float load_stat(const pl_args_attn_bwd_core& args,
                                            const pl::WorkTile& tile, pl::attn::QueryStep qs,
                                            uint32_t thread) {
@@ -122,7 +125,11 @@ __device__ __forceinline__ float2 stats_pair(uint32_t stats_stage, uint32_t row,
 
 // P^T in place of S^T: exp2(scale log2e S - LSE2) per element with the step's base-2
 // LSE (+inf for a query that saw no key or lies past the sequence: P = 0, never NaN),
-// 0 where the mask hides the element.
+// 0 where the mask hides the element (asked only on a partial step). With head dim 64
+// the registers allow the mask its own pass that other steps branch around; at 128
+// that pass's live ranges spill, so there the test is folded into the exponentials.
+constexpr bool kMaskPass = kHeadDim == 64;
+
 __device__ __forceinline__ void probabilities(float (&s)[kScores], const pl::KernelInfo& k,
                                               uint32_t stats_stage, Fragment f, StepTile t) {
 #pragma unroll
@@ -135,11 +142,19 @@ __device__ __forceinline__ void probabilities(float (&s)[kScores], const pl::Ker
       const int32_t q = t.q_first + column + int32_t(e % Fragment::kColumnsPerThread);
       const int32_t kv = t.kv_first + f.row(uint32_t(Fragment::row_half(i)));
       float p = pl::attn::exp2_approx(fmaf(s[i], kScaleLog2, -(e % 2 == 0 ? lse.x : lse.y)));
-      if (t.partial && (kv >= t.len || q >= t.len || !pl_attn_bwd_core_mask_keep(k, q, kv))) {
+      if (!kMaskPass && t.partial &&
+          (kv >= t.len || q >= t.len || !pl_attn_bwd_core_mask_keep(k, q, kv))) {
         p = 0.0f;
       }
       s[i] = p;
     }
+  }
+  if (!kMaskPass || !t.partial) return;
+#pragma unroll
+  for (uint32_t i = 0; i < kScores; ++i) {
+    const int32_t q = t.q_first + f.col0 + Fragment::column(i);
+    const int32_t kv = t.kv_first + f.row(uint32_t(Fragment::row_half(i)));
+    if (kv >= t.len || q >= t.len || !pl_attn_bwd_core_mask_keep(k, q, kv)) s[i] = 0.0f;
   }
 }
 
@@ -291,6 +306,14 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
   const uint32_t first_key = warpgroup * kRows;
   const uint32_t first_column = kDqByKeys ? 0 : warpgroup * kDqColumns;   // of dQ
+  const uint32_t local = thread % pl::kWarpgroupThreads;
+  const uint32_t own = warpgroup == 0 ? at.bar.wg_a : at.bar.wg_b;
+  // The barrier that publishes a step's dS^T and statistics: both warpgroups' where dQ
+  // reads every key's dS^T; with kDqByKeys a warpgroup reads only its own, so it waits
+  // for no one and the two drift apart, one's softmax under the other's GEMMs.
+  const uint32_t publish = kDqByKeys ? own : at.bar.ds_ready;
+  const uint32_t publish_threads = kDqByKeys ? pl::kWarpgroupThreads : kThreads;
+  const uint32_t stats = at.smem.stats + warpgroup * kDsBuffers * kStatsBytes;
   const int32_t len = tile.m_end - tile.m_offset;
   const int32_t kv_first = tile.m_block * int32_t(kTileN) + int32_t(first_key);
 #pragma unroll
@@ -305,8 +328,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   pl::attn::QueryStep qs = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
   // The first step's statistics; each step stages the next one's before its barrier.
   if (tile.k_tiles() > 0) {
-    store_stat(at.smem.stats, load_stat(args, tile, qs, thread), thread);
-    pl::named_sync(at.bar.ds_ready, kThreads);
+    store_stat(stats, load_stat(args, tile, qs, local), local);
+    pl::named_sync(publish, publish_threads);
   }
   uint32_t n = 0;
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
@@ -317,7 +340,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                                               t.kv_first, t.kv_first + int32_t(kRows));
     pl::consumer_wait(at.port.q, st.q);
     pl::consumer_wait(at.port.d_o, st.d_o);
-    const uint32_t stats_stage = at.smem.stats + (n % kDsBuffers) * kStatsBytes;
+    const uint32_t stats_stage = stats + (n % kDsBuffers) * kStatsBytes;
     const uint32_t q_stage = pl::stage_offset(at.port.q, st.q);
     const uint32_t do_stage = pl::stage_offset(at.port.d_o, st.d_o);
     // K and V stay for the whole record: without this the compiler keeps their 24
@@ -329,7 +352,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
     issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
-    const float next_stat = more ? load_stat(args, tile, next_qs, thread) : 0.0f;
+    const float next_stat = more ? load_stat(args, tile, next_qs, local) : 0.0f;
     pl::wgmma::wait<1>();
     pl::wgmma::fence_operands(s);
     probabilities(s, k, stats_stage, f, t);
@@ -339,7 +362,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     pl::attn::pack_a_operand(s, p_frag);
     pl::attn::pack_a_operand(dp, ds_frag);
     issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
-    if (more) store_stat(at.smem.stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, thread);
+    if (more) store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
     // dS^T of every warpgroup (and the next step's statistics) in shared memory before
     // any reads them. Two buffers of each in turn: a warpgroup reaches step n's barrier
     // only after it is done with step n - 1's, so step n + 1's writes never meet step
@@ -347,7 +370,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
     store_score_grads(ds_buffer, ds_frag, f, first_key);
     pl::fence_proxy_async_smem();
-    pl::named_sync(at.bar.ds_ready, kThreads);
+    pl::named_sync(publish, publish_threads);
     issue_query_grads(dq, ds_buffer, k_here, warpgroup);
     pl::wgmma::wait<0>();
     pl::wgmma::fence_operands(dk);
@@ -365,11 +388,10 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                      size_t(qs.head) * kHeadDim;
     if (args.deterministic != 0) {
       uint32_t* turn = query_turn(args, tile, qs);
-      const uint32_t mine = warpgroup == 0 ? at.bar.dq_turn_a : at.bar.dq_turn_b;
       if (releaser) pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
-      pl::named_sync(mine, pl::kWarpgroupThreads);
+      pl::named_sync(own, pl::kWarpgroupThreads);
       add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
-      pl::named_sync(mine, pl::kWarpgroupThreads);
+      pl::named_sync(own, pl::kWarpgroupThreads);
       if (releaser) pl::counter_release(turn);
     } else {
       add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
@@ -377,7 +399,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     qs = next_qs;
   }
   // Every warpgroup is done with the last step's buffers before the next record writes.
-  if (n > 0) pl::named_sync(at.bar.ds_ready, kThreads);
+  if (n > 0) pl::named_sync(publish, publish_threads);
   if (releaser) pl::consumer_release(at.port.kv, st.kv);
   st.kv.advance(at.port.kv);
 }
