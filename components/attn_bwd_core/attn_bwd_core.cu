@@ -363,10 +363,10 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     pl::attn::pack_a_operand(dp, ds_frag);
     issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
     if (more) store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
-    // dS^T of every warpgroup (and the next step's statistics) in shared memory before
-    // any reads them. Two buffers of each in turn: a warpgroup reaches step n's barrier
-    // only after it is done with step n - 1's, so step n + 1's writes never meet step
-    // n - 1's reads.
+    // dS^T (and the next step's statistics) in shared memory before any reads them:
+    // every warpgroup's, or with kDqByKeys the warpgroup's own. Two buffers of each in
+    // turn: a warpgroup reaches step n's barrier only after it is done with step
+    // n - 1's, so step n + 1's writes never meet step n - 1's reads.
     const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
     store_score_grads(ds_buffer, ds_frag, f, first_key);
     pl::fence_proxy_async_smem();
@@ -398,7 +398,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     }
     qs = next_qs;
   }
-  // Every warpgroup is done with the last step's buffers before the next record writes.
+  // The last step's buffers are done with (by every warpgroup that reads them) before
+  // the next record writes.
   if (n > 0) pl::named_sync(publish, publish_threads);
   if (releaser) pl::consumer_release(at.port.kv, st.kv);
   st.kv.advance(at.port.kv);
