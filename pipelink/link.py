@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from .check import Kernel, arg_requires, check, check_autograd
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, canonical_json, load_contract, sha256_text
 from .errors import LinkError, PipeLinkError, ToolchainError
+from .interfaces import INTERFACES
 from .objfile import ComponentObject, read_object, write_atomic
 from .problem import Placement
 from .recipe import ComponentIndex, Recipe
@@ -147,6 +149,35 @@ def check_objects(recipe: Recipe, arch: str, objects: dict[str, Path],
             raise LinkError(f"object for instance '{inst}' was built for {obj.arch}, not {arch}",
                             where=obj.path, hint="rebuild it for the arch being linked")
     return check(recipe, arch, bound_from_objects(loaded, index)), loaded
+
+
+UNRESOLVED = re.compile(r"Unresolved extern function '([A-Za-z0-9_]+)'")
+
+
+def unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
+                        error: LinkError) -> LinkError | None:
+    """nvJitLink's unresolved extern function, when it is one a connected provider owes
+    its interface (a provider written against an older interface, say), as an error
+    naming the component, port and function and the definition to add; None otherwise."""
+    found = UNRESOLVED.search(error.log or "")
+    if found is None:
+        return None
+    for inst, provider in sorted(kernel.bound.items()):
+        for key, name in provider.functions("out").items():
+            if provider.symbol(name) != found.group(1):
+                continue
+            port, fn = key.split(".")
+            interface = provider.contract.ports[port].spec["interface"]
+            f = next(f for f in INTERFACES[interface].functions if f.name == fn)
+            first = (f"const pl_place_{provider.name}&, const pl_args_{provider.name}&, "
+                     "const pl::KernelInfo&")
+            return LinkError(
+                f"component '{provider.name}' (instance '{inst}') does not define function "
+                f"'{fn}' of interface '{interface}', which its port '{port}' provides",
+                where=loaded[inst].path if inst in loaded else None,
+                hint=f'define extern "C" __device__ {f.returns} {name}({f.signature(first)}) '
+                     f"in the component's source: {f.description}")
+    return None
 
 
 def place_kernel(kernel: Kernel, workers: int = 1) -> Placement:
@@ -324,7 +355,10 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
                        if opts.verify or opts.emit_ptx else None)
             evidence = (verify.start_evidence(pool, inputs, loaded, kernel.arch, tc.nvcc,
                                               options) if opts.verify else None)
-            cubin = cubin_job.result()
+            try:
+                cubin = cubin_job.result()
+            except LinkError as exc:
+                raise unprovided_function(kernel, loaded, exc) or exc from None
             ptx = ptx_job.result().decode() if ptx_job is not None else None
             timings["nvjitlink"] = time.perf_counter() - t0
             if evidence is not None:

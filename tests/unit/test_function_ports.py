@@ -149,3 +149,25 @@ def test_an_unknown_interface_is_a_schema_error():
     data["ports"]["mask"]["interface"] = "attn_masks"
     with pytest.raises(ContractError, match="interface"):
         contract_from_data(data, "components/causal_mask/contract.yaml")
+
+
+
+def test_a_provider_missing_an_interface_function_is_named():
+    """A score modifier written before attn_score gained identity() defines score()
+    alone: nvJitLink's unresolved hashed symbol (its log, as ptxas writes it) becomes
+    an error naming the component, port and function, with the definition to add."""
+    from pipelink.errors import LinkError
+    from pipelink.link import unprovided_function
+    recipe, bound = bound_for(ROOT / "recipes" / "attn_causal.yaml")
+    kernel = check(recipe, "sm_90a", bound)
+    symbol = bound["score"].symbol("pl_no_score_score_identity")
+    log = f"ptxas fatal   : Unresolved extern function '{symbol}'\nERROR NVJITLINK_ERROR"
+    error = unprovided_function(kernel, {}, LinkError("nvJitLink failed", log=log))
+    text = str(error)
+    assert "component 'no_score'" in text and "function 'identity'" in text
+    assert "port 'score'" in text and "interface 'attn_score'" in text
+    assert ("bool pl_no_score_score_identity(const pl_place_no_score&, "
+            "const pl_args_no_score&, const pl::KernelInfo&)") in text
+    # Another unresolved name (not a provider's) is left to nvJitLink's own message.
+    other = LinkError("nvJitLink failed", log="Unresolved extern function 'memcpy_x'")
+    assert unprovided_function(kernel, {}, other) is None
