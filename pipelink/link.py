@@ -24,7 +24,6 @@ from .check import Kernel, arg_requires, check, check_autograd
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, canonical_json, load_contract, sha256_text
 from .errors import LinkError, PipeLinkError, ToolchainError
-from .interfaces import INTERFACES
 from .objfile import ComponentObject, read_object, write_atomic
 from .problem import Placement
 from .recipe import ComponentIndex, Recipe
@@ -168,7 +167,7 @@ def unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
                 continue
             port, fn = key.split(".")
             interface = provider.contract.ports[port].spec["interface"]
-            f = next(f for f in INTERFACES[interface].functions if f.name == fn)
+            f = header.function_of(provider.contract, port, fn)
             first = (f"const pl_place_{provider.name}&, const pl_args_{provider.name}&, "
                      "const pl::KernelInfo&")
             return LinkError(

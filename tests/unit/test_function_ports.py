@@ -151,7 +151,6 @@ def test_an_unknown_interface_is_a_schema_error():
         contract_from_data(data, "components/causal_mask/contract.yaml")
 
 
-
 def test_a_provider_missing_an_interface_function_is_named():
     """A score modifier written before attn_score gained identity() defines score()
     alone: nvJitLink's unresolved hashed symbol (its log, as ptxas writes it) becomes
