@@ -1,12 +1,14 @@
 // streamk_scheduler: data-parallel waves of whole tiles, then stream-K over the rest.
 //
-// The streamed tiles' k-tile iterations are numbered tile by tile (iteration g is k-tile
-// g % k_tiles of streamed tile g / k_tiles), and CTA c of the S streaming CTAs takes
-// iterations [c * I / S, (c + 1) * I / S). Its records, in order: the end of the tile
-// its share starts in, whole tiles, the start of the tile its share ends in. A tile
-// cut between CTAs h, h + 1, ... is a split_tile whose piece p belongs to CTA h + p:
-// piece 0 (k-tile 0) is CTA h's last record and stores the tile, every later piece is
-// its CTA's first record, whose partial lands in that CTA's workspace slot.
+// Work is dealt to lanes: a lane is one CTA taking single tiles, or, with at most
+// lockstep_m tile rows, `rows` CTAs taking whole columns of tiles in lockstep (see
+// Lanes). The streamed items' k-tile iterations are numbered item by item (iteration g
+// is k-tile g % k_tiles of streamed item g / k_tiles), and lane c of the S streaming
+// lanes takes iterations [c * I / S, (c + 1) * I / S). Its records, in order: the end of
+// the item its share starts in, whole items, the start of the item its share ends in.
+// A tile cut between lanes h, h + 1, ... is a split_tile whose piece p belongs to lane
+// h + p: piece 0 (k-tile 0) is lane h's last record and stores the tile, every later
+// piece is its lane's first record, whose partial lands in that lane's workspace slot.
 #include "pl_streamk_scheduler.h"
 #include "pipelink/raster.cuh"
 
@@ -20,65 +22,100 @@ constexpr uint32_t kMostIterations = UINT32_MAX / Params::max_ctas;
 
 // How one launch's tiles divide between the data-parallel waves and the stream.
 struct Plan {
-  uint32_t whole;       // tiles run whole: block b takes b, b + C, ... below this
-  uint32_t waves;       // whole / C
-  uint32_t streamers;   // CTAs that share the streamed iterations (0: none)
+  uint32_t whole;       // tiles run whole: lane b takes b, b + L, ... below this
+  uint32_t waves;       // whole / L
+  uint32_t streamers;   // lanes that share the streamed iterations (0: none)
   uint32_t iterations;  // k-tile iterations of the tiles from `whole` on
 };
 
-__device__ __forceinline__ Plan plan_of(uint32_t tiles, uint32_t ctas, uint32_t k_tiles) {
-  const uint32_t waves = tiles / ctas;
-  // The last whole wave streams too: every CTA then runs between 1 and 2 tiles of it.
+// Over `tiles` tiles of k_tiles iterations each, on `lanes` lanes.
+__device__ __forceinline__ Plan plan_of(uint32_t tiles, uint32_t lanes, uint32_t k_tiles) {
+  const uint32_t waves = tiles / lanes;
+  // The last whole wave streams too: every lane then runs between 1 and 2 tiles of it.
   const uint32_t dp_waves = waves > 0 ? waves - 1 : 0;
-  const uint32_t whole = dp_waves * ctas;
+  const uint32_t whole = dp_waves * lanes;
   const uint64_t iterations = uint64_t(tiles - whole) * k_tiles;
-  if (tiles % ctas == 0 || ctas > Params::max_ctas || iterations > kMostIterations) {
+  if (tiles % lanes == 0 || lanes > Params::max_ctas || iterations > kMostIterations) {
     return Plan{tiles, waves, 0, 0};
   }
   const uint32_t most = max(uint32_t(iterations) / Params::min_k_tiles, 1u);
-  return Plan{whole, dp_waves, min(ctas, most), uint32_t(iterations)};
+  return Plan{whole, dp_waves, min(lanes, most), uint32_t(iterations)};
 }
 
-// First streamed iteration of CTA c (c <= streamers).
+// First streamed iteration of lane c (c <= streamers).
 __device__ __forceinline__ uint32_t share_begin(const Plan& p, uint32_t c) {
   return p.iterations * c / p.streamers;
 }
 
-// The CTA whose share holds streamed iteration g: the last c with share_begin(c) <= g.
+// The lane whose share holds streamed iteration g: the last c with share_begin(c) <= g.
 __device__ __forceinline__ uint32_t owner_of(const Plan& p, uint32_t g) {
   return ((g + 1) * p.streamers - 1) / p.iterations;
 }
 
-// Scheduler's perspective, one lane, per record: this block's iteration-th whole tile,
+// Who runs what. With at most lockstep_m tile rows, a lane is `rows` CTAs, one per tile
+// row, and its work items are whole columns of tiles: the CTAs of a lane run the same
+// k-tiles of the same column together, so each B tile comes from DRAM once and from L2
+// for the other rows (a stream of single tiles would have the rows of one column at
+// different k-tiles, and B read once per row). Otherwise a lane is one CTA and its work
+// items are single tiles in grouped raster order.
+struct Lanes {
+  uint32_t rows;    // CTAs per lane: tile rows run in lockstep (1: none)
+  uint32_t count;   // lanes in the grid (CTAs past rows * count have no work)
+  uint32_t lane;    // this CTA's lane
+  uint32_t row;     // this CTA's tile row within its lane's items (rows > 1)
+  uint32_t items;   // work items: columns (rows > 1) or tiles
+};
+
+__device__ __forceinline__ Lanes lanes_of(const pl_args_streamk_scheduler& args) {
+  const uint32_t ctas = gridDim.x;
+  if (args.m_tiles > 1 && args.m_tiles <= Params::lockstep_m && args.m_tiles <= ctas) {
+    const uint32_t rows = args.m_tiles;
+    return Lanes{rows, ctas / rows, blockIdx.x / rows, blockIdx.x % rows, args.n_tiles};
+  }
+  return Lanes{1, ctas, blockIdx.x, 0, args.m_tiles * args.n_tiles};
+}
+
+// Work item `item` of this CTA's row as a gemm_tile record.
+__device__ __forceinline__ pl::WorkTile tile_of(const Lanes& l, const pl_args_streamk_scheduler& args,
+                                                uint32_t item) {
+  // A lane's rows are one column's tiles: raster groups of exactly `rows` rows put
+  // tile (row, column) at column * rows + row.
+  if (l.rows > 1) {
+    return pl::gemm_tile(item * l.rows + l.row, args.m_tiles, args.n_tiles, l.rows,
+                         args.k_tiles);
+  }
+  return pl::gemm_tile(item, args.m_tiles, args.n_tiles, args.group_m, args.k_tiles);
+}
+
+// Scheduler's perspective, one lane, per record: this CTA's iteration-th whole tile,
 // then the records of its streamed share, then the end marker.
 extern "C" __device__ pl::WorkTile pl_streamk_scheduler_schedule(
     const pl_place_streamk_scheduler& at, const pl_args_streamk_scheduler& args,
     const pl::KernelInfo&, uint32_t iteration, pl_state_streamk_scheduler_schedule&) {
-  const uint32_t tiles = args.m_tiles * args.n_tiles;
+  const Lanes l = lanes_of(args);
+  if (l.lane >= l.count) return pl::WorkTile{};
   const uint32_t k_tiles = args.k_tiles;
-  const Plan p = plan_of(tiles, gridDim.x, k_tiles);
-  if (iteration < p.waves) {
-    return pl::gemm_tile(blockIdx.x + iteration * gridDim.x, args.m_tiles, args.n_tiles,
-                         args.group_m, k_tiles);
-  }
-  if (blockIdx.x >= p.streamers) return pl::WorkTile{};
-  const uint32_t begin = share_begin(p, blockIdx.x);
-  const uint32_t end = share_begin(p, blockIdx.x + 1);
-  const uint32_t tile = begin / k_tiles + (iteration - p.waves);
-  const uint32_t tile_begin = tile * k_tiles;
-  if (tile_begin >= end) return pl::WorkTile{};
+  const Plan p = plan_of(l.items, l.count, k_tiles);
+  if (iteration < p.waves) return tile_of(l, args, l.lane + iteration * l.count);
+  if (l.lane >= p.streamers) return pl::WorkTile{};
+  const uint32_t begin = share_begin(p, l.lane);
+  const uint32_t end = share_begin(p, l.lane + 1);
+  const uint32_t item = begin / k_tiles + (iteration - p.waves);
+  const uint32_t item_begin = item * k_tiles;
+  if (item_begin >= end) return pl::WorkTile{};
 
-  pl::WorkTile w = pl::gemm_tile(p.whole + tile, args.m_tiles, args.n_tiles, args.group_m,
-                                 k_tiles);
-  w.k_begin = int32_t(max(begin, tile_begin) - tile_begin);
-  w.k_end = int32_t(min(end - tile_begin, k_tiles));
-  const uint32_t head = owner_of(p, tile_begin);
-  const uint32_t pieces = owner_of(p, tile_begin + k_tiles - 1) - head + 1;
+  pl::WorkTile w = tile_of(l, args, p.whole + item);
+  w.k_begin = int32_t(max(begin, item_begin) - item_begin);
+  w.k_end = int32_t(min(end - item_begin, k_tiles));
+  const uint32_t head = owner_of(p, item_begin);
+  const uint32_t pieces = owner_of(p, item_begin + k_tiles - 1) - head + 1;
   if (pieces > 1) {
-    w.k_split = int32_t(blockIdx.x - head);
+    // Piece p of the tile is lane head + p's; a row's lanes hold consecutive slots.
+    const uint32_t slot = l.row * l.count + head + 1;   // piece 1's
+    w.k_split = int32_t(l.lane - head);
     w.k_splits = int32_t(pieces);
-    w.partials = at.scratch.partials + (head + 1) * kPartialBytes;   // piece 1's CTA
-    w.flag = at.scratch.flags + (head + 1) * kFlagBytes;
+    w.partials = at.scratch.partials + slot * kPartialBytes;
+    w.flag = at.scratch.flags + slot * kFlagBytes;
   }
   return w;
 }
