@@ -1575,6 +1575,106 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
     return out
 
 
+def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
+    """Checks a recipe's ``dispatch:`` section and returns it normalised (``when`` as a
+    list of conditions; none on the last entry), or None without one.
+
+    The runtime makes the recipe one op: a call runs the first entry whose conditions all
+    hold on the call's sizes, the last entry otherwise. The kernels must take and return
+    the same tensors (names, dtypes, shapes) and scalars, so any call one accepts, the
+    others accept too, and a condition may name only sizes the inputs' shapes bind."""
+    section = recipe.dispatch
+    if section is None:
+        return None
+    problems = _Problems(recipe)
+    kernels = recipe.kernels()
+    if recipe.autograd is not None:
+        problems.add("dispatch", "a recipe cannot have both dispatch: and autograd: (the "
+                                 "differentiable call runs one forward kernel)",
+                     "keep dispatch: in a forward-only recipe, or drop it")
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    first = None
+    for i, entry in enumerate(section):
+        key = f"dispatch[{i}]"
+        kernel = kernels.get(entry["kernel"])
+        if kernel is None:
+            problems.add(f"{key}.kernel", f"names kernel '{entry['kernel']}', which the "
+                                          "recipe does not define",
+                         "kernels: " + ", ".join(kernels))
+            continue
+        if entry["kernel"] in seen:
+            problems.add(f"{key}.kernel", f"kernel '{entry['kernel']}' is listed twice",
+                         "list each kernel once, with all its conditions in one when:")
+        seen.add(entry["kernel"])
+        when = entry.get("when")
+        when = [when] if isinstance(when, str) else list(when or [])
+        last = i == len(section) - 1
+        if last and when:
+            problems.add(f"{key}.when", "the last entry has conditions: a call none of the "
+                                        "entries takes would have no kernel",
+                         f"drop when: from the last entry ('{entry['kernel']}'), or add an "
+                         "entry without one after it")
+        if not last and not when:
+            problems.add(key, f"entry '{entry['kernel']}' has no when: and is not last: the "
+                              "entries after it would never run",
+                         "give it conditions, or move it to the end")
+        if first is None:
+            first = kernel
+        else:
+            _same_signature(problems, key, first, kernel)
+        sizes = {d for spec in first.launch.get("inputs", {}).values()
+                 for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
+        sizes |= set(first.launch.get("scalars", {})) | set(HOST_SIZES)
+        for j, condition in enumerate(when):
+            _names_sizes(problems, f"{key}.when[{j}]", condition, sizes)
+        out.append({"kernel": entry["kernel"], **({"when": when} if when else {})})
+    problems.raise_if_any()
+    return out
+
+
+def _same_signature(problems: _Problems, key: str, first: Recipe, other: Recipe) -> None:
+    """``other`` takes and returns what ``first`` does, in the same order."""
+    for group in ("inputs", "outputs", "scalars"):
+        mine, theirs = first.launch.get(group, {}), other.launch.get(group, {})
+        if list(mine) != list(theirs):
+            problems.add(f"{key}.kernel",
+                         f"kernel '{other.kernel}' has launch {group} "
+                         f"{', '.join(theirs) or 'none'}; kernel '{first.kernel}' has "
+                         f"{', '.join(mine) or 'none'}",
+                         f"give every dispatched kernel the same launch.{group}, in order")
+            continue
+        for name, spec in mine.items():
+            if group != "scalars" and (spec.get("dtype"), list(spec.get("shape", []))) != (
+                    theirs[name].get("dtype"), list(theirs[name].get("shape", []))):
+                problems.add(f"{key}.kernel",
+                             f"{group[:-1]} '{name}' is {theirs[name].get('dtype')} "
+                             f"{list(theirs[name].get('shape', []))} in kernel "
+                             f"'{other.kernel}', {spec.get('dtype')} "
+                             f"{list(spec.get('shape', []))} in kernel '{first.kernel}'",
+                             f"make kernels.{other.kernel}.launch.{group}.{name} the same")
+            elif group == "scalars" and spec != theirs[name]:
+                problems.add(f"{key}.kernel",
+                             f"scalar '{name}' defaults to {theirs[name]!r} in kernel "
+                             f"'{other.kernel}', {spec!r} in kernel '{first.kernel}'",
+                             "give the scalar one default in every dispatched kernel")
+
+
+def _names_sizes(problems: _Problems, key: str, condition: str, sizes: set[str]) -> None:
+    """``condition`` is one comparison over ``sizes``."""
+    try:
+        left, _, right = expr.comparison(condition, where=problems.recipe.where(key))
+        used = expr.names(left) | expr.names(right)
+    except ContractError as exc:
+        problems.add(key, exc.message, exc.hint or "")
+        return
+    unknown = sorted(used - sizes)
+    if unknown:
+        problems.add(key, f"{condition!r} names {', '.join(unknown)}, which no input's "
+                          "shape binds",
+                     "sizes here: " + ", ".join(sorted(sizes)))
+
+
 def _launch_order(problems: _Problems, grads: dict[str, Any], kernels: dict[str, Any],
                   scratch: list[str]) -> list[dict[str, Any]]:
     """The backward's launches (one per kernel and inputs), each one that writes a

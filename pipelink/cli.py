@@ -124,7 +124,7 @@ def _label(kernel: object) -> str:
 
 
 def cmd_check(a: argparse.Namespace) -> int:
-    from .check import check_autograd
+    from .check import check_autograd, check_dispatch
     recipe, kernels = _kernels(a)
     for kernel in kernels:
         for w in kernel.warnings:
@@ -136,6 +136,11 @@ def cmd_check(a: argparse.Namespace) -> int:
     if autograd is not None:
         grads = ", ".join(f"d{x} by {g['kernel']}" for x, g in autograd["grads"].items())
         print(f"{recipe.name} autograd: ok; forward {autograd['forward']}, {grads}")
+    dispatch = check_dispatch(recipe)
+    if dispatch is not None:
+        rules = "; ".join(f"{d['kernel']} when {' and '.join(d['when'])}" if "when" in d
+                          else f"{d['kernel']} otherwise" for d in dispatch)
+        print(f"{recipe.name} dispatch: ok; {rules}")
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import glue, header, verify
-from .check import Kernel, arg_requires, check, check_autograd
+from .check import Kernel, arg_requires, check, check_autograd, check_dispatch
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, canonical_json, load_contract, sha256_text
 from .errors import LinkError, PipeLinkError, ToolchainError
@@ -288,10 +288,13 @@ def cubin_name(recipe: Recipe) -> str:
 
 def kernels_index(recipe: Recipe, arch: str) -> str:
     """``kernels.json`` of a multi-kernel recipe: each kernel's folder and the checked,
-    normalised autograd section, as the runtime reads them."""
+    normalised autograd and dispatch sections, as the runtime reads them."""
     doc = {"format": KERNELS_JSON_FORMAT, "recipe": recipe.recipe_name, "arch": arch,
            "kernels": {name: k.folder for name, k in recipe.kernels().items()},
            "autograd": check_autograd(recipe)}
+    dispatch = check_dispatch(recipe)
+    if dispatch is not None:       # absent otherwise: older kernels.json stay byte-equal
+        doc["dispatch"] = dispatch
     return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 

@@ -94,7 +94,8 @@ class Recipe:
         """Each kernel as a recipe of its own, in file order."""
         if not self.multi:
             return {self.kernel: self}
-        shared = {k: v for k, v in self.data.items() if k not in ("kernels", "autograd")}
+        shared = {k: v for k, v in self.data.items()
+                  if k not in ("kernels", "autograd", "dispatch")}
         out = {}
         for name, spec in self.data["kernels"].items():
             data = {**shared, **spec}
@@ -130,6 +131,10 @@ class Recipe:
     @property
     def autograd(self) -> dict[str, Any] | None:
         return self.data.get("autograd")
+
+    @property
+    def dispatch(self) -> list[dict[str, Any]] | None:
+        return self.data.get("dispatch")
 
     def where(self, key: str) -> str:
         """``<file>: <key>``, with a kernel's own keys under ``kernels.<kernel>.``."""
@@ -184,6 +189,9 @@ def load_recipe(path: Path | str) -> Recipe:
     if "autograd" in data:
         raise RecipeError("autograd: needs kernels: (a forward kernel and its gradients)",
                           where=f"{where}: autograd", hint="define the kernels under kernels:")
+    if "dispatch" in data:
+        raise RecipeError("dispatch: needs kernels: (the kernels a call chooses among)",
+                          where=f"{where}: dispatch", hint="define the kernels under kernels:")
     recipe = Recipe(data["recipe"], where, data, _connections(data, where, ""))
     _check_instances_named(recipe)
     return recipe

@@ -304,6 +304,18 @@ AUTOGRAD = _obj({
                                "once per forward"},
 }, ["forward", "grads"], "a torch autograd op over the kernels (multi-kernel recipes)")
 
+CONDITION = {"type": "string", "description": "one comparison of two size expressions, "
+                                             "e.g. 'M <= 512'"}
+
+DISPATCH = {"type": "array", "minItems": 2, "items": _obj({
+    "kernel": {**IDENT, "description": "the kernel this entry runs"},
+    "when": {"oneOf": [CONDITION, {"type": "array", "items": CONDITION, "minItems": 1}],
+             "description": "conditions on the call's sizes, all of which must hold; the "
+                            "last entry has none (it takes every other call)"},
+}, ["kernel"]), "description": "one op over kernels of the same launch signature: a call "
+                               "runs the first entry whose conditions hold (e.g. a tile "
+                               "shape and schedule per range of M)"}
+
 RECIPE_SCHEMA: dict[str, Any] = _obj({
     "recipe": {**IDENT, "description": "the recipe's name (the kernel's entry is pl_<recipe>, "
                                        "or pl_<recipe>_<kernel> under kernels:)"},
@@ -328,6 +340,7 @@ RECIPE_SCHEMA: dict[str, Any] = _obj({
                                "{instances, connect, launch}; instead of the top-level keys"),
                 "minProperties": 1},
     "autograd": AUTOGRAD,
+    "dispatch": DISPATCH,
     "objective": {"description": "what the placer optimises (default "
                                  "max_tunables_then_min_smem)", "oneOf": [
         {"enum": ["max_tunables_then_min_smem", "min_smem"]},

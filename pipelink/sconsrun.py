@@ -180,10 +180,12 @@ def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
 def plans(recipe_path: Path | str, arch: str, index: ComponentIndex,
           contracts: dict[Path, Contract] | None = None) -> list[KernelPlan]:
     """One :class:`KernelPlan` per kernel of a recipe, in recipe order (one for a
-    single-kernel recipe); a multi-kernel recipe's autograd section is checked too."""
-    from .check import check_autograd
+    single-kernel recipe); a multi-kernel recipe's autograd and dispatch sections are
+    checked too."""
+    from .check import check_autograd, check_dispatch
     recipe = load_recipe(recipe_path)
     check_autograd(recipe)
+    check_dispatch(recipe)
     contracts = {} if contracts is None else contracts
     return [kernel_plan(view, arch, index, contracts) for view in recipe.kernels().values()]
 

@@ -14,6 +14,11 @@ suffix passes a contiguous transpose of that 2-D tensor. Grads naming the same k
 and inputs come from one launch of it (a backward kernel that writes every gradient);
 ``returns`` (optional) lists the forward outputs the call hands back, the rest being
 kept for the backward.
+
+A ``dispatch`` list makes the set one op over kernels of the same signature: a call
+runs the first entry whose conditions hold on its sizes (the last has none)::
+
+    "dispatch": [{"kernel": "short", "when": ["M <= 512"]}, {"kernel": "tall"}]
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .. import expr
 from ..errors import RuntimeLaunchError
 from . import torch_ops
 from .op import Op
+from .spec import holds
 
 KERNELS_JSON = "kernels.json"
 GRAD_PREFIX = "grad."
@@ -34,7 +41,10 @@ TRANSPOSE_SUFFIX = ".T"
 class KernelSet:
     """The kernels of one recipe: ``ks.forward(x, w)``, ``ks["dgrad"]``, and ``ks(x, w)``
     (the differentiable forward) where the recipe defines autograd, or the one kernel
-    where it has one."""
+    where it has one, or the kernel its ``dispatch`` picks for the call's sizes."""
+
+    # (op, its conditions as (text, left, operator, right)), in order; empty: no dispatch
+    dispatch: tuple[tuple[Op, tuple[tuple[str, str, str, str], ...]], ...] = ()
 
     def __init__(self, folder: Path | str) -> None:
         folder = Path(folder)
@@ -49,13 +59,14 @@ class KernelSet:
         self.autograd = index.get("autograd")
         self.forward_op = None
         self._returns: tuple[int, ...] | None = None
+        self._set_dispatch(index.get("dispatch") or ())
         if self.autograd:
             self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
             _register_backward(self.forward_op, self.autograd, self)
             names = [o.name for o in self.forward_op.spec.outputs]
             if self.autograd.get("returns"):
                 self._returns = tuple(names.index(n) for n in self.autograd["returns"])
-        elif len(self.kernels) == 1:
+        elif len(self.kernels) == 1 and not self.dispatch:
             # One kernel and no gradients (a recipe that removed the rest, e.g. a
             # forward-only variant): calling the set calls it, as a one-kernel recipe's op.
             self.forward_op = next(iter(self.kernels.values()))
@@ -89,7 +100,56 @@ class KernelSet:
             return kernels[name]
         raise AttributeError(name)
 
+    def _set_dispatch(self, entries: Any) -> None:
+        """The dispatch rules as (op, parsed conditions), in order."""
+        self.dispatch = tuple(
+            (self._kernel(d["kernel"], "dispatch"),
+             tuple((text, *expr.comparison(text, where=f"{KERNELS_JSON}: dispatch"))
+                   for text in d.get("when", ())))
+            for d in entries)
+        self._chosen: dict[tuple, Op] = {}
+
+    def choose(self, *inputs: Any, **kw: Any) -> Op:
+        """The kernel a call with these arguments runs (``dispatch``): the first whose
+        conditions hold on the sizes the inputs' shapes bind. A call whose inputs do not
+        fit the signature goes to the last kernel, whose checks then name the mistake."""
+        spec = self.dispatch[0][0].spec
+        shapes = []
+        for i, want in enumerate(spec.inputs):
+            tensor = inputs[i] if i < len(inputs) else kw.get(want.name)
+            shape = getattr(tensor, "shape", None)
+            if shape is None or len(shape) != len(want.shape):
+                return self.dispatch[-1][0]
+            shapes.append(tuple(shape))
+        given = inputs[len(spec.inputs):]       # scalars may follow the tensors by position
+        scalars = tuple(given[j] if j < len(given) else kw.get(name, default)
+                        for j, (name, default) in enumerate(spec.scalar_inputs))
+        key = (*shapes, scalars)
+        concrete = all(type(d) is int for shape in shapes for d in shape)
+        op = self._chosen.get(key) if concrete else None
+        if op is None:
+            op = self._first_that_holds(spec, shapes, scalars)
+            if concrete:
+                self._chosen[key] = op
+        return op
+
+    def _first_that_holds(self, spec: Any, shapes: list[tuple[Any, ...]],
+                          scalars: tuple[Any, ...]) -> Op:
+        sizes: dict[str, Any] = {"num_sms": self.dispatch[0][0]._num_sms}
+        sizes.update(zip((name for name, _ in spec.scalar_inputs), scalars, strict=True))
+        for want, shape in zip(spec.inputs, shapes, strict=True):
+            for dim, name in zip(shape, want.shape, strict=True):
+                if isinstance(name, str) and name.isidentifier():
+                    sizes.setdefault(name, dim)
+        for op, conditions in self.dispatch:
+            if all(holds(left, cmp, right, sizes, f"dispatch: {text}")
+                   for text, left, cmp, right in conditions):
+                return op
+        return self.dispatch[-1][0]
+
     def __call__(self, *inputs: Any, **kw: Any) -> Any:
+        if self.dispatch:
+            return self.choose(*inputs, **kw)(*inputs, **kw)
         if self.forward_op is None:
             raise RuntimeLaunchError(f"{self.recipe} has several kernels and no autograd: "
                                      "section; call one of them",

@@ -193,6 +193,12 @@ _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operato
             "==": operator.eq, "!=": operator.ne}
 
 
+def holds(left: str, op: str, right: str, sizes: Mapping[str, Any], key: str) -> Any:
+    """Whether ``left op right`` (a parsed condition, expr.comparison) holds for sizes;
+    with symbolic sizes, a symbolic truth value that torch.compile guards on."""
+    return _COMPARE[op](evaluate(left, sizes, key), evaluate(right, sizes, key))
+
+
 class _Eval(ast.NodeVisitor):
     def __init__(self, sizes: Mapping[str, Any], text: str, key: str) -> None:
         self.sizes, self.text, self.key = sizes, text, key

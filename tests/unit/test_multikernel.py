@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelink.check import check, check_autograd
+from pipelink.check import check, check_autograd, check_dispatch
 from pipelink.errors import CheckError, PipeLinkError, RecipeError
 from pipelink.link import cubin_name, kernels_index
 from pipelink.recipe import MAIN, load_recipe
@@ -295,3 +295,97 @@ def test_the_table_rows_differ():
     for case in CASES:  # no row mutates the shared base
         case.recipe(case.base())
     assert yaml.safe_dump(linear()) == yaml.safe_dump(_LINEAR)
+
+
+# -- dispatch: one op over kernels of one signature ---------------------------------------------
+
+_DISPATCHED: dict[str, Any] = {
+    "recipe": "mm",
+    "arch": ["sm_90a"],
+    "kernels": {"short": _gemm_like("a", "b", "c", (["M", "K"], ["N", "K"], ["M", "N"])),
+                "tall": _gemm_like("a", "b", "c", (["M", "K"], ["N", "K"], ["M", "N"]))},
+    "dispatch": [{"kernel": "short", "when": "M <= 512"}, {"kernel": "tall"}],
+}
+
+
+def dispatched() -> dict[str, Any]:
+    return copy.deepcopy(_DISPATCHED)
+
+
+def test_kernels_json_carries_the_dispatch_with_conditions_as_lists(tree):
+    data = dispatched()
+    data["dispatch"].insert(0, {"kernel": "short", "when": ["M <= 64", "N % 8 == 0"]})
+    data["kernels"]["tiny"] = data["kernels"].pop("short")
+    data["dispatch"][0]["kernel"] = "tiny"
+    data["dispatch"][1]["kernel"] = "short"
+    data["kernels"]["short"] = copy.deepcopy(data["kernels"]["tall"])
+    doc = json.loads(kernels_index(_write(tree, data), "sm_90a"))
+    assert doc["dispatch"] == [{"kernel": "tiny", "when": ["M <= 64", "N % 8 == 0"]},
+                               {"kernel": "short", "when": ["M <= 512"]},
+                               {"kernel": "tall"}]
+    assert "dispatch" not in json.loads(kernels_index(_write(tree, linear()), "sm_90a"))
+
+
+def entry(i: int, key: str, value: Any) -> Mutation:
+    return put(f"dispatch.{i}.{key}", value)
+
+
+DISPATCH_CASES = [
+    Case("dispatch_without_kernels", RecipeError,
+         (f"{RECIPE}: dispatch", "dispatch: needs kernels:"),
+         lambda d: {**toy_recipe(), "dispatch": d["dispatch"]}, dispatched),
+    Case("dispatch_of_one_kernel", RecipeError, (RECIPE, "key 'dispatch'"),
+         put("dispatch", [{"kernel": "tall"}]), dispatched),
+    Case("dispatch_kernel_unknown", CheckError,
+         (f"{RECIPE}: dispatch[0].kernel", "names kernel 'small'", "kernels: short, tall"),
+         put("dispatch.0", {"kernel": "small", "when": "M <= 512"}), dispatched),
+    Case("dispatch_kernel_twice", CheckError,
+         (f"{RECIPE}: dispatch[1].kernel", "kernel 'short' is listed twice"),
+         put("dispatch.1", {"kernel": "short"}), dispatched),
+    Case("dispatch_last_entry_has_conditions", CheckError,
+         (f"{RECIPE}: dispatch[1].when", "a call none of the entries takes would have no "
+          "kernel", "drop when: from the last entry ('tall')"),
+         put("dispatch.1", {"kernel": "tall", "when": "M > 512"}), dispatched),
+    Case("dispatch_entry_before_the_last_without_conditions", CheckError,
+         (f"{RECIPE}: dispatch[0]", "entry 'short' has no when: and is not last"),
+         put("dispatch.0", {"kernel": "short"}), dispatched),
+    Case("dispatch_inputs_differ", CheckError,
+         (f"{RECIPE}: dispatch[1].kernel", "input 'b' is bf16 ['K', 'N'] in kernel 'tall', "
+          "bf16 ['N', 'K'] in kernel 'short'", "make kernels.tall.launch.inputs.b the same"),
+         put("kernels.tall.launch.inputs.b.shape", ["K", "N"]), dispatched),
+    Case("dispatch_outputs_differ", CheckError,
+         (f"{RECIPE}: dispatch[1].kernel", "kernel 'tall' has launch outputs d; kernel "
+          "'short' has c"),
+         chain(drop("kernels.tall.launch.outputs.c"),
+               put("kernels.tall.launch.outputs.d", {"dtype": "bf16", "shape": ["M", "N"]})),
+         dispatched),
+    Case("dispatch_condition_names_an_unknown_size", CheckError,
+         (f"{RECIPE}: dispatch[0].when[0]", "'T <= 512' names T, which no input's shape "
+          "binds", "sizes here: K, M, N, num_sms"),
+         entry(0, "when", "T <= 512"), dispatched),
+    Case("dispatch_condition_unreadable", CheckError,
+         (f"{RECIPE}: dispatch[0].when[1]", "cannot read condition 'M'",
+          "write one comparison"), entry(0, "when", ["N >= 8", "M"]), dispatched),
+    Case("dispatch_beside_autograd", CheckError,
+         (f"{RECIPE}: dispatch", "both dispatch: and autograd:"),
+         lambda d: {**d, "dispatch": [{"kernel": "forward", "when": "M <= 64"},
+                                      {"kernel": "dgrad"}]}),
+]
+
+
+@pytest.mark.parametrize("case", DISPATCH_CASES, ids=lambda c: c.id)
+def test_bad_dispatch_is_refused(tree, case):
+    tree.toy()
+    path = tree.recipe(case.recipe(case.base()))
+    with pytest.raises(PipeLinkError) as info:
+        check_dispatch(load_recipe(path))
+    assert type(info.value) is case.error, str(info.value)
+    for part in case.must:
+        assert part in str(info.value), f"{part!r} missing from:\n{info.value}"
+
+
+def test_the_dispatch_rows_differ():
+    assert len({c.id for c in DISPATCH_CASES}) == len(DISPATCH_CASES)
+    for case in DISPATCH_CASES:
+        case.recipe(case.base())
+    assert yaml.safe_dump(dispatched()) == yaml.safe_dump(_DISPATCHED)

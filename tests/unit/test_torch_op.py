@@ -136,6 +136,34 @@ def test_check_contents_set_on_a_kernel_set_reaches_every_kernel():
     assert not ks.check_contents          # true only where every kernel checks
 
 
+def test_a_dispatching_set_runs_the_kernel_its_sizes_select():
+    """dispatch: each call runs the first kernel whose conditions hold (M here), the
+    choice follows the call's shapes, and a call the signature does not fit reaches the
+    last kernel, whose checks name the mistake."""
+    from pipelink.runtime.kernelset import KernelSet
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "mm", "."
+    shapes = (["M", "K"], ["N", "K"], ["M", "N"])
+    ks.kernels = {name: Op.from_meta(_gemm_meta(f"d{name}", "a", "b", "c", shapes), 132)
+                  for name in ("short", "tall", "wide")}
+    ks._set_dispatch([{"kernel": "short", "when": ["M <= 512"]},
+                      {"kernel": "wide", "when": ["N >= 4 * K", "M <= 4096"]},
+                      {"kernel": "tall"}])
+    b = torch.empty(256, 64, dtype=torch.bfloat16, device="meta")
+    for m, kernel in ((1, "short"), (512, "short"), (513, "wide"), (4097, "tall")):
+        a = torch.empty(m, 64, dtype=torch.bfloat16, device="meta")
+        assert ks.choose(a, b) is ks.kernels[kernel], (m, kernel)
+        assert ks.choose(a=a, b=b) is ks.kernels[kernel]
+        assert ks(a, b).shape == (m, 256)
+    narrow = torch.empty(256, 512, dtype=torch.bfloat16, device="meta")
+    a = torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")
+    assert ks.choose(a, narrow) is ks.kernels["tall"]          # N < 4 K: not wide
+    vector = torch.empty(64, dtype=torch.bfloat16, device="meta")
+    assert ks.choose(vector, b) is ks.kernels["tall"]
+    with pytest.raises(RuntimeLaunchError, match="input 'a' has 1 dimensions"):
+        ks(vector, b)
+
+
 def test_autograd_runs_the_gradient_kernels():
     """Forward and backward through the registered ops, on meta tensors: shapes of every
     gradient follow the gradient kernels' launch sections."""
