@@ -25,8 +25,10 @@ SPLIT_SHAPES = [
     (128, 22016, 4096),    # 86 tiles: none split / streamed, up to 3 pieces a tile
     (100, 200, 64),        # one tile of one k-tile: never split
     (2048, 22016, 4096),   # 1376 tiles: 9 whole waves, then 188 tiles streamed
+    (512, 28672, 4096),    # stream-K: lanes of 4 CTAs (one per tile row), 33 lanes
 ]
-GEMMS = ["gemm", "gemm_streamk"]
+# gemm_auto runs its `short` kernel (128 x 128 stream-K, lockstep rows) up to M = 512
+GEMMS = ["gemm", "gemm_streamk", "gemm_auto"]
 SWIGLUS = ["gemm_swiglu", "gemm_swiglu_streamk"]
 
 
@@ -52,6 +54,19 @@ def test_split_tiles_match_pytorch_and_repeat_bitwise(build_dir, recipe, mode, m
     for _ in range(3):
         again = op(x, w, out=torch.full_like(first, float("nan")))
         assert torch.equal(again, first), "split-K pieces added up in a different order"
+
+
+def test_gemm_auto_dispatches_on_m(build_dir):
+    """Each call runs the kernel its M selects, and the choice is made per call."""
+    import torch
+
+    import pipelink
+    ks = pipelink.load(build_dir / "sm_90a" / "gemm_auto")
+    for m, kernel in ((1, "short"), (512, "short"), (513, "tall"), (4096, "tall")):
+        x, w = operands(m, 384, 256, seed=m)
+        assert ks.choose(x, w) is ks[kernel], f"M={m} should run {kernel}"
+        y = ks(x, w)
+        torch.testing.assert_close(y.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("recipe", SWIGLUS)
