@@ -323,20 +323,29 @@ def report(path: Path) -> None:
              f"{max(lm) * 100:.2f}% (the SASS of the two is identical; see the linked vs "
              "monolithic section for the noise floor)", "",
              "![speed-up per shape](gemm_swiglu.svg)", "",
-             "| M | N | K | gemm linked | mono | cuBLAS | x | do_bench x | swiglu linked | "
-             "mono | cuBLAS+act | compiled | eager | x strongest | do_bench x | floor |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-             "--- | --- | --- |"]
+             "| M | N | K | gemm linked | mono | cuBLAS | x | do_bench x | gemm_auto x | "
+             "do_bench x | swiglu linked | mono | cuBLAS+act | compiled | eager | x strongest "
+             "| do_bench x | swiglu_auto x | do_bench x | floor |",
+             "| --- " * 20 + "|"]
+
+    def ratio(times: dict | None, column: str, group: str) -> str:
+        if not times or column not in times:
+            return "-"
+        base = times["cublas"] if group == "gemm" else strongest(times)
+        return f"{base / times[column]:.2f}"
+
     for r in rows:
         g, f, d = r["gemm"], r["swiglu"], r.get("do_bench") or {}
-        dg = (f"{d['gemm']['cublas'] / d['gemm']['linked']:.2f}" if d.get("gemm") else "-")
-        ds = (f"{strongest(d['swiglu']) / d['swiglu']['linked']:.2f}" if d.get("swiglu")
-              else "-")
+        dg, ds = d.get("gemm"), d.get("swiglu")
         lines.append(f"| {r['M']} | {r['N']} | {r['K']} | {g['linked']:.3f} | {g['mono']:.3f} | "
-                     f"{g['cublas']:.3f} | {g['cublas'] / g['linked']:.2f} | {dg} | "
+                     f"{g['cublas']:.3f} | {ratio(g, 'linked', 'gemm')} | "
+                     f"{ratio(dg, 'linked', 'gemm')} | {ratio(g, 'auto', 'gemm')} | "
+                     f"{ratio(dg, 'auto', 'gemm')} | "
                      f"{f['linked']:.3f} | {f['mono']:.3f} | {f['cublas_act']:.3f} | "
                      f"{f['compiled']:.3f} | {f['eager']:.3f} | "
-                     f"{strongest(f) / f['linked']:.2f} | {ds} | {r['floor_swiglu']:.3f} |")
+                     f"{ratio(f, 'linked', 'swiglu')} | {ratio(ds, 'linked', 'swiglu')} | "
+                     f"{ratio(f, 'swiglu_auto', 'swiglu')} | "
+                     f"{ratio(ds, 'swiglu_auto', 'swiglu')} | {r['floor_swiglu']:.3f} |")
     put_section("## GEMM and GEMM + SwiGLU", "\n".join(lines))
     (ROOT / "bench" / "gemm_swiglu.svg").write_text(speedup_svg(rows))
 
