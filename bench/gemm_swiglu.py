@@ -279,6 +279,32 @@ def target_lines(rows: list[dict], recipe: str, column: str) -> list[str]:
             f"events{slow_flushed} (target >= 1.0x: {_verdict(slowest >= 1.0)})"]
 
 
+def variant_table(rows: list[dict]) -> list[str]:
+    """Shape by shape, each variant's speed-up over its single-kernel twin (gemm or
+    gemm_swiglu, linked), events / do_bench; empty when no variant was timed."""
+    present = [(v, k, r) for v, (k, r) in VARIANTS.items()
+               if any(v in row["gemm" if k == "gemm" else "swiglu"] for row in rows)]
+    if not present:
+        return []
+    out = ["", "Each variant against its single-kernel twin (gemm or gemm_swiglu), shape by "
+               "shape: twin time / variant time, events / do_bench (above 1: the variant is "
+               "faster).", "",
+           "| M | N | K | " + " | ".join(r for _, _, r in present) + " |",
+           "| --- " * (3 + len(present)) + "|"]
+    for row in rows:
+        cells = []
+        for variant, kernel, _ in present:
+            group = "gemm" if kernel == "gemm" else "swiglu"
+            ev = row[group]
+            db = (row.get("do_bench") or {}).get(group) or {}
+            text = f"{ev['linked'] / ev[variant]:.2f}" if variant in ev else "-"
+            if variant in db:
+                text += f" / {db['linked'] / db[variant]:.2f}"
+            cells.append(text)
+        out.append(f"| {row['M']} | {row['N']} | {row['K']} | " + " | ".join(cells) + " |")
+    return out
+
+
 def variant_lines(rows: list[dict]) -> list[str]:
     """Each variant (VARIANTS) against its cooperative twin, events, where measured."""
     out = []
@@ -346,6 +372,7 @@ def report(path: Path) -> None:
                      f"{ratio(f, 'linked', 'swiglu')} | {ratio(ds, 'linked', 'swiglu')} | "
                      f"{ratio(f, 'swiglu_auto', 'swiglu')} | "
                      f"{ratio(ds, 'swiglu_auto', 'swiglu')} | {r['floor_swiglu']:.3f} |")
+    lines += variant_table(rows)
     put_section("## GEMM and GEMM + SwiGLU", "\n".join(lines))
     (ROOT / "bench" / "gemm_swiglu.svg").write_text(speedup_svg(rows))
 
