@@ -24,14 +24,14 @@ runs the first entry whose conditions hold on its sizes (the last has none)::
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import expr
 from ..errors import RuntimeLaunchError
 from . import torch_ops
 from .op import Op
-from .spec import holds
+from .spec import condition
 
 KERNELS_JSON = "kernels.json"
 GRAD_PREFIX = "grad."
@@ -43,8 +43,8 @@ class KernelSet:
     (the differentiable forward) where the recipe defines autograd, or the one kernel
     where it has one, or the kernel its ``dispatch`` picks for the call's sizes."""
 
-    # (op, its conditions as (text, left, operator, right)), in order; empty: no dispatch
-    dispatch: tuple[tuple[Op, tuple[tuple[str, str, str, str], ...]], ...] = ()
+    # (op, its conditions as (text, function of the sizes)), in order; empty: no dispatch
+    dispatch: tuple[tuple[Op, tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...]], ...] = ()
 
     def __init__(self, folder: Path | str) -> None:
         folder = Path(folder)
@@ -101,11 +101,11 @@ class KernelSet:
         raise AttributeError(name)
 
     def _set_dispatch(self, entries: Any) -> None:
-        """The dispatch rules as (op, parsed conditions), in order."""
+        """The dispatch rules as (op, conditions parsed once), in order."""
         self.dispatch = tuple(
             (self._kernel(d["kernel"], "dispatch"),
-             tuple((text, *expr.comparison(text, where=f"{KERNELS_JSON}: dispatch"))
-                   for text in d.get("when", ())))
+             tuple((text, condition(text, f"{KERNELS_JSON}: dispatch")) for text in
+                   d.get("when", ())))
             for d in entries)
         self._chosen: dict[tuple, Op] = {}
 
@@ -124,13 +124,13 @@ class KernelSet:
         given = inputs[len(spec.inputs):]       # scalars may follow the tensors by position
         scalars = tuple(given[j] if j < len(given) else kw.get(name, default)
                         for j, (name, default) in enumerate(spec.scalar_inputs))
+        if self.dispatch[0][0]._is_compiling():
+            # Traced: the conditions become guards on the sizes, nothing is cached.
+            return self._first_that_holds(spec, shapes, scalars)
         key = (*shapes, scalars)
-        concrete = all(type(d) is int for shape in shapes for d in shape)
-        op = self._chosen.get(key) if concrete else None
+        op = self._chosen.get(key)
         if op is None:
-            op = self._first_that_holds(spec, shapes, scalars)
-            if concrete:
-                self._chosen[key] = op
+            op = self._chosen[key] = self._first_that_holds(spec, shapes, scalars)
         return op
 
     def _first_that_holds(self, spec: Any, shapes: list[tuple[Any, ...]],
@@ -142,8 +142,7 @@ class KernelSet:
                 if isinstance(name, str) and name.isidentifier():
                     sizes.setdefault(name, dim)
         for op, conditions in self.dispatch:
-            if all(holds(left, cmp, right, sizes, f"dispatch: {text}")
-                   for text, left, cmp, right in conditions):
+            if all(holds(sizes) for _, holds in conditions):
                 return op
         return self.dispatch[-1][0]
 
@@ -161,6 +160,13 @@ class KernelSet:
         return picked[0] if len(picked) == 1 else picked
 
     def __repr__(self) -> str:
+        if self.dispatch:
+            names = {id(op): name for name, op in self.kernels.items()}
+            rules = ", ".join(
+                f"{names[id(op)]} when {' and '.join(t for t, _ in conditions)}"
+                if conditions else f"{names[id(op)]} otherwise"
+                for op, conditions in self.dispatch)
+            return f"<pipelink kernels {self.recipe}: {rules}>"
         return f"<pipelink kernels {self.recipe}: {', '.join(self.kernels)}>"
 
 

@@ -182,11 +182,7 @@ def evaluate(text: Any, sizes: Mapping[str, Any], key: str) -> Any:
     """A launch expression over sizes, with Python operators (so symbolic sizes work)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
-    try:
-        expr.names(text, where=f"kernel.json launch.{key}")   # refuses what expr refuses
-        return _Eval(sizes, text, key).visit(ast.parse(str(text).strip(), mode="eval").body)
-    except PipeLinkError as exc:
-        raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
+    return _function(str(text), key)(sizes)
 
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
@@ -199,44 +195,84 @@ def holds(left: str, op: str, right: str, sizes: Mapping[str, Any], key: str) ->
     return _COMPARE[op](evaluate(left, sizes, key), evaluate(right, sizes, key))
 
 
-class _Eval(ast.NodeVisitor):
-    def __init__(self, sizes: Mapping[str, Any], text: str, key: str) -> None:
-        self.sizes, self.text, self.key = sizes, text, key
+def condition(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
+    """A condition ('M <= 512') as a function of the sizes, parsed once. Calling it runs
+    plain Python operators only, so torch.compile traces it where it could not trace
+    the parser (symbolic sizes become guards)."""
+    try:
+        left, op, right = expr.comparison(text, where=key)
+    except PipeLinkError as exc:
+        raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
+    lhs, rhs, compare = _function(left, key), _function(right, key), _COMPARE[op]
+    return lambda sizes: compare(lhs(sizes), rhs(sizes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _function(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
+    """``text`` (an expression :func:`expr.names` accepts) as a function of the sizes."""
+    try:
+        expr.names(text, where=f"kernel.json launch.{key}")   # refuses what expr refuses
+        return _Build(text, key).visit(ast.parse(text.strip(), mode="eval").body)
+    except PipeLinkError as exc:
+        raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
+
+
+class _Build(ast.NodeVisitor):
+    """An expression's tree as nested closures over the sizes."""
+
+    def __init__(self, text: str, key: str) -> None:
+        self.text, self.key = text, key
 
     def generic_visit(self, node: ast.AST) -> Any:
         raise RuntimeLaunchError(f"cannot evaluate {self.text!r}", where=f"launch.{self.key}")
 
-    def visit_Constant(self, node: ast.Constant) -> Any:
-        return node.value
+    def visit_Constant(self, node: ast.Constant) -> Callable[[Mapping[str, Any]], Any]:
+        value = node.value
+        return lambda sizes: value
 
-    def visit_Name(self, node: ast.Name) -> Any:
-        if node.id not in self.sizes:
-            raise RuntimeLaunchError(f"launch.{self.key}: {self.text!r} names '{node.id}', "
-                                     "which no input dimension defines",
-                                     hint="known sizes: " + ", ".join(sorted(self.sizes)))
-        return self.sizes[node.id]
+    def visit_Name(self, node: ast.Name) -> Callable[[Mapping[str, Any]], Any]:
+        name, text, key = node.id, self.text, self.key
 
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
-        value = self.visit(node.operand)
-        return -value if isinstance(node.op, ast.USub) else value
+        def size(sizes: Mapping[str, Any]) -> Any:
+            if name not in sizes:
+                raise RuntimeLaunchError(f"launch.{key}: {text!r} names '{name}', which no "
+                                         "input dimension defines",
+                                         hint="known sizes: " + ", ".join(sorted(sizes)))
+            return sizes[name]
+        return size
 
-    def visit_BinOp(self, node: ast.BinOp) -> Any:
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> Callable[[Mapping[str, Any]], Any]:
+        operand = self.visit(node.operand)
+        if isinstance(node.op, ast.USub):
+            return lambda sizes: -operand(sizes)
+        return operand
+
+    def visit_BinOp(self, node: ast.BinOp) -> Callable[[Mapping[str, Any]], Any]:
         left, right = self.visit(node.left), self.visit(node.right)
-        if isinstance(node.op, ast.Pow):
-            return left ** right
-        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and isinstance(right, int) and right == 0:
-            raise RuntimeLaunchError(f"launch.{self.key}: division by zero in {self.text!r}")
-        return _BINOPS[type(node.op)](left, right)
+        op = operator.pow if isinstance(node.op, ast.Pow) else _BINOPS[type(node.op)]
+        divides = isinstance(node.op, (ast.FloorDiv, ast.Mod))
+        text, key = self.text, self.key
 
-    def visit_Call(self, node: ast.Call) -> Any:
+        def apply(sizes: Mapping[str, Any]) -> Any:
+            a, b = left(sizes), right(sizes)
+            if divides and isinstance(b, int) and b == 0:
+                raise RuntimeLaunchError(f"launch.{key}: division by zero in {text!r}")
+            return op(a, b)
+        return apply
+
+    def visit_Call(self, node: ast.Call) -> Callable[[Mapping[str, Any]], Any]:
         args = [self.visit(a) for a in node.args]
         name = node.func.id if isinstance(node.func, ast.Name) else ""
         if name == "ceil_div":
-            return -(-args[0] // args[1])
+            return lambda sizes: -(-args[0](sizes) // args[1](sizes))
         if name == "align_up":
-            return -(-args[0] // args[1]) * args[1]
+            def align_up(sizes: Mapping[str, Any]) -> Any:
+                step = args[1](sizes)
+                return -(-args[0](sizes) // step) * step
+            return align_up
         if name in ("min", "max"):
-            return functools.reduce(_sym(name), args)
+            pick = _sym(name)
+            return lambda sizes: functools.reduce(pick, [a(sizes) for a in args])
         return self.generic_visit(node)
 
 

@@ -16,8 +16,9 @@ from pipelink.link import LinkOptions, link_recipe
 from pipelink.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = ["pipeline_demo", "gemm", "gemm_auto", "gemm_swiglu_auto", "gemm_streamk", "gemm_dynamic", "gemm_multicast",
-           "gemm_pingpong", "gemm_swiglu", "gemm_swiglu_streamk", "gemm_swiglu_pingpong",
+DEFAULT = ["pipeline_demo", "gemm", "gemm_auto", "gemm_swiglu_auto", "gemm_streamk",
+           "gemm_dynamic", "gemm_multicast", "gemm_pingpong", "gemm_swiglu",
+           "gemm_swiglu_streamk", "gemm_swiglu_pingpong",
            "gemm_cute", "gemm_swiglu_cute", "gemm_bias_gelu", "linear", "grouped_gemm", "mlp",
            "moe_ffn", "moe_forward", "moe_layer", "grouped_wgrad", "moe_train",
            "moe_train_simt", "attn_causal", "attn_dense", "attn_softcap", "attn_alibi",

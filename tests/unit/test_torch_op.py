@@ -149,6 +149,8 @@ def test_a_dispatching_set_runs_the_kernel_its_sizes_select():
     ks._set_dispatch([{"kernel": "short", "when": ["M <= 512"]},
                       {"kernel": "wide", "when": ["N >= 4 * K", "M <= 4096"]},
                       {"kernel": "tall"}])
+    assert repr(ks) == ("<pipelink kernels mm: short when M <= 512, wide when N >= 4 * K and "
+                        "M <= 4096, tall otherwise>")
     b = torch.empty(256, 64, dtype=torch.bfloat16, device="meta")
     for m, kernel in ((1, "short"), (512, "short"), (513, "wide"), (4097, "tall")):
         a = torch.empty(m, 64, dtype=torch.bfloat16, device="meta")
@@ -162,6 +164,37 @@ def test_a_dispatching_set_runs_the_kernel_its_sizes_select():
     assert ks.choose(vector, b) is ks.kernels["tall"]
     with pytest.raises(RuntimeLaunchError, match="input 'a' has 1 dimensions"):
         ks(vector, b)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_dispatching_set_compiles_to_the_kernel_of_each_size(dynamic):
+    """Under torch.compile(fullgraph=True) the conditions trace (guards on M), and each
+    graph calls the kernel its sizes select."""
+    from pipelink.runtime.kernelset import KernelSet
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "mm", "."
+    shapes = (["M", "K"], ["N", "K"], ["M", "N"])
+    ks.kernels = {name: Op.from_meta(_gemm_meta(f"c{name}", "a", "b", "c", shapes), 132)
+                  for name in ("short", "tall")}
+    ks._set_dispatch([{"kernel": "short", "when": ["ceil_div(M, 128) <= 4"]},
+                      {"kernel": "tall"}])
+    torch._dynamo.reset()
+    graphs: list[list[str]] = []
+
+    def backend(gm, example):  # noqa: ANN001, ANN202
+        graphs.append([str(n.target) for n in gm.graph.nodes if "pipelink" in str(n.target)])
+        return gm
+
+    fn = torch.compile(lambda a, b: ks(a, b) * 2, fullgraph=True, backend=backend,
+                       dynamic=dynamic)
+    b = torch.empty(256, 64, dtype=torch.bfloat16, device="meta")
+    for m, kernel in ((256, "short"), (300, "short"), (4096, "tall"), (8192, "tall")):
+        runs = len(graphs)
+        assert fn(torch.empty(m, 64, dtype=torch.bfloat16, device="meta"), b).shape == (m, 256)
+        called = graphs[-1] if len(graphs) > runs else None
+        if called is not None:
+            assert len(called) == 1 and f"_c{kernel}_" in called[0], (m, called)
+    assert any("_cshort_" in g[0] for g in graphs) and any("_ctall_" in g[0] for g in graphs)
 
 
 def test_autograd_runs_the_gradient_kernels():
