@@ -62,11 +62,13 @@ def test_gemm_auto_dispatches_on_m(build_dir):
 
     import pipelink
     ks = pipelink.load(build_dir / "sm_90a" / "gemm_auto")
+    compiled = torch.compile(lambda x, w: ks(x, w), fullgraph=True, dynamic=True)
     for m, kernel in ((1, "short"), (512, "short"), (513, "tall"), (4096, "tall")):
         x, w = operands(m, 384, 256, seed=m)
         assert ks.choose(x, w) is ks[kernel], f"M={m} should run {kernel}"
-        y = ks(x, w)
-        torch.testing.assert_close(y.float(), x.float() @ w.float().t(), atol=ATOL, rtol=RTOL)
+        want = x.float() @ w.float().t()
+        torch.testing.assert_close(ks(x, w).float(), want, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(compiled(x, w).float(), want, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("recipe", SWIGLUS)
