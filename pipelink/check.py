@@ -760,20 +760,9 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                          f"scalar '{name}' has the name of {what}: a call could not tell "
                          "which value it means", "rename the scalar")
         sizes.add(name)
-    known = ", ".join(sorted(sizes - set(HOST_SIZES))) or "none"
 
     def names_known(value: Any, key: str) -> None:
-        try:
-            used = expr.names(value, where=recipe.where(key))
-        except ContractError as exc:
-            problems.add(key, exc.message, exc.hint or "")
-            return
-        unknown = sorted(used - sizes)
-        if unknown:
-            problems.add(key, f"{value!r} names {'sizes' if len(unknown) > 1 else 'size'} "
-                              f"{', '.join(unknown)}, which no input's shape binds",
-                         f"sizes here: {known} (from launch.inputs shapes and "
-                         f"launch.scalars) and {', '.join(HOST_SIZES)}")
+        _sizes_known(problems, key, value, sizes)
 
     for group in ("inputs", "outputs"):
         for name, spec in launch.get(group, {}).items():
@@ -781,14 +770,7 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                 if not (group == "inputs" and isinstance(dim, str) and dim.isidentifier()):
                     names_known(dim, f"launch.{group}.{name}.shape[{i}]")
     for i, condition in enumerate(launch.get("require", [])):
-        key = f"launch.require[{i}]"
-        try:
-            left, _, right = expr.comparison(condition, where=recipe.where(key))
-        except ContractError as exc:
-            problems.add(key, exc.message, exc.hint or "")
-            continue
-        names_known(left, key)
-        names_known(right, key)
+        _condition_known(problems, f"launch.require[{i}]", condition, sizes)
     for name, rules in launch.get("contents", {}).items():
         if name not in launch.get("inputs", {}):
             problems.add(f"launch.contents.{name}", f"'{name}' is not an input of the launch",
@@ -1627,7 +1609,7 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
                  for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
         sizes |= set(first.launch.get("scalars", {})) | set(HOST_SIZES)
         for j, condition in enumerate(when):
-            _names_sizes(problems, f"{key}.when[{j}]", condition, sizes)
+            _condition_known(problems, f"{key}.when[{j}]", condition, sizes)
         out.append({"kernel": entry["kernel"], **({"when": when} if when else {})})
     problems.raise_if_any()
     return out
@@ -1660,19 +1642,32 @@ def _same_signature(problems: _Problems, key: str, first: Recipe, other: Recipe)
                              "give the scalar one default in every dispatched kernel")
 
 
-def _names_sizes(problems: _Problems, key: str, condition: str, sizes: set[str]) -> None:
-    """``condition`` is one comparison over ``sizes``."""
+def _sizes_known(problems: _Problems, key: str, value: Any, sizes: set[str]) -> None:
+    """The launch expression ``value`` names only ``sizes`` (input dimensions, scalars
+    and what the runtime gives)."""
     try:
-        left, _, right = expr.comparison(condition, where=problems.recipe.where(key))
-        used = expr.names(left) | expr.names(right)
+        used = expr.names(value, where=problems.recipe.where(key))
     except ContractError as exc:
         problems.add(key, exc.message, exc.hint or "")
         return
     unknown = sorted(used - sizes)
     if unknown:
-        problems.add(key, f"{condition!r} names {', '.join(unknown)}, which no input's "
-                          "shape binds",
-                     "sizes here: " + ", ".join(sorted(sizes)))
+        known = ", ".join(sorted(sizes - set(HOST_SIZES))) or "none"
+        problems.add(key, f"{value!r} names {'sizes' if len(unknown) > 1 else 'size'} "
+                          f"{', '.join(unknown)}, which no input's shape binds",
+                     f"sizes here: {known} (from launch.inputs shapes and launch.scalars) "
+                     f"and {', '.join(HOST_SIZES)}")
+
+
+def _condition_known(problems: _Problems, key: str, condition: str, sizes: set[str]) -> None:
+    """``condition`` is one comparison of two expressions over ``sizes``."""
+    try:
+        left, _, right = expr.comparison(condition, where=problems.recipe.where(key))
+    except ContractError as exc:
+        problems.add(key, exc.message, exc.hint or "")
+        return
+    _sizes_known(problems, key, left, sizes)
+    _sizes_known(problems, key, right, sizes)
 
 
 def _launch_order(problems: _Problems, grads: dict[str, Any], kernels: dict[str, Any],

@@ -179,6 +179,7 @@ class Case:
     must: tuple[str, ...]
     recipe: Mutation
     base: Any = linear
+    check: Any = check_autograd      # the section's checker
 
 
 CASES = [
@@ -279,22 +280,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_bad_multi_kernel_input_is_refused(tree, case):
-    tree.toy()
-    path = tree.recipe(case.recipe(case.base()))
-    with pytest.raises(PipeLinkError) as info:
-        check_autograd(load_recipe(path))
-    assert type(info.value) is case.error, str(info.value)
-    for part in case.must:
-        assert part in str(info.value), f"{part!r} missing from:\n{info.value}"
 
-
-def test_the_table_rows_differ():
-    assert len({c.id for c in CASES}) == len(CASES) >= 20
-    for case in CASES:  # no row mutates the shared base
-        case.recipe(case.base())
-    assert yaml.safe_dump(linear()) == yaml.safe_dump(_LINEAR)
 
 
 # -- dispatch: one op over kernels of one signature ---------------------------------------------
@@ -314,11 +300,8 @@ def dispatched() -> dict[str, Any]:
 
 def test_kernels_json_carries_the_dispatch_with_conditions_as_lists(tree):
     data = dispatched()
-    data["dispatch"].insert(0, {"kernel": "short", "when": ["M <= 64", "N % 8 == 0"]})
-    data["kernels"]["tiny"] = data["kernels"].pop("short")
-    data["dispatch"][0]["kernel"] = "tiny"
-    data["dispatch"][1]["kernel"] = "short"
-    data["kernels"]["short"] = copy.deepcopy(data["kernels"]["tall"])
+    data["kernels"]["tiny"] = copy.deepcopy(data["kernels"]["tall"])
+    data["dispatch"].insert(0, {"kernel": "tiny", "when": ["M <= 64", "N % 8 == 0"]})
     doc = json.loads(kernels_index(_write(tree, data), "sm_90a"))
     assert doc["dispatch"] == [{"kernel": "tiny", "when": ["M <= 64", "N % 8 == 0"]},
                                {"kernel": "short", "when": ["M <= 512"]},
@@ -333,59 +316,62 @@ def entry(i: int, key: str, value: Any) -> Mutation:
 DISPATCH_CASES = [
     Case("dispatch_without_kernels", RecipeError,
          (f"{RECIPE}: dispatch", "dispatch: needs kernels:"),
-         lambda d: {**toy_recipe(), "dispatch": d["dispatch"]}, dispatched),
+         lambda d: {**toy_recipe(), "dispatch": d["dispatch"]}, dispatched, check_dispatch),
     Case("dispatch_of_one_kernel", RecipeError, (RECIPE, "key 'dispatch'"),
-         put("dispatch", [{"kernel": "tall"}]), dispatched),
+         put("dispatch", [{"kernel": "tall"}]), dispatched, check_dispatch),
     Case("dispatch_kernel_unknown", CheckError,
          (f"{RECIPE}: dispatch[0].kernel", "names kernel 'small'", "kernels: short, tall"),
-         put("dispatch.0", {"kernel": "small", "when": "M <= 512"}), dispatched),
+         put("dispatch.0", {"kernel": "small", "when": "M <= 512"}), dispatched, check_dispatch),
     Case("dispatch_kernel_twice", CheckError,
          (f"{RECIPE}: dispatch[1].kernel", "kernel 'short' is listed twice"),
-         put("dispatch.1", {"kernel": "short"}), dispatched),
+         put("dispatch.1", {"kernel": "short"}), dispatched, check_dispatch),
     Case("dispatch_last_entry_has_conditions", CheckError,
          (f"{RECIPE}: dispatch[1].when", "a call none of the entries takes would have no "
           "kernel", "drop when: from the last entry ('tall')"),
-         put("dispatch.1", {"kernel": "tall", "when": "M > 512"}), dispatched),
+         put("dispatch.1", {"kernel": "tall", "when": "M > 512"}), dispatched, check_dispatch),
     Case("dispatch_entry_before_the_last_without_conditions", CheckError,
          (f"{RECIPE}: dispatch[0]", "entry 'short' has no when: and is not last"),
-         put("dispatch.0", {"kernel": "short"}), dispatched),
+         put("dispatch.0", {"kernel": "short"}), dispatched, check_dispatch),
     Case("dispatch_inputs_differ", CheckError,
          (f"{RECIPE}: dispatch[1].kernel", "input 'b' is bf16 ['K', 'N'] in kernel 'tall', "
           "bf16 ['N', 'K'] in kernel 'short'", "make kernels.tall.launch.inputs.b the same"),
-         put("kernels.tall.launch.inputs.b.shape", ["K", "N"]), dispatched),
+         put("kernels.tall.launch.inputs.b.shape", ["K", "N"]), dispatched, check_dispatch),
     Case("dispatch_outputs_differ", CheckError,
          (f"{RECIPE}: dispatch[1].kernel", "kernel 'tall' has launch outputs d; kernel "
           "'short' has c"),
          chain(drop("kernels.tall.launch.outputs.c"),
                put("kernels.tall.launch.outputs.d", {"dtype": "bf16", "shape": ["M", "N"]})),
-         dispatched),
+         dispatched, check_dispatch),
     Case("dispatch_condition_names_an_unknown_size", CheckError,
-         (f"{RECIPE}: dispatch[0].when[0]", "'T <= 512' names T, which no input's shape "
-          "binds", "sizes here: K, M, N, num_sms"),
-         entry(0, "when", "T <= 512"), dispatched),
+         (f"{RECIPE}: dispatch[0].when[0]", "'T' names size T, which no input's shape "
+          "binds", "sizes here: K, M, N (from launch.inputs shapes"),
+         entry(0, "when", "T <= 512"), dispatched, check_dispatch),
     Case("dispatch_condition_unreadable", CheckError,
          (f"{RECIPE}: dispatch[0].when[1]", "cannot read condition 'M'",
-          "write one comparison"), entry(0, "when", ["N >= 8", "M"]), dispatched),
+          "write one comparison"), entry(0, "when", ["N >= 8", "M"]), dispatched, check_dispatch),
     Case("dispatch_beside_autograd", CheckError,
          (f"{RECIPE}: dispatch", "both dispatch: and autograd:"),
          lambda d: {**d, "dispatch": [{"kernel": "forward", "when": "M <= 64"},
-                                      {"kernel": "dgrad"}]}),
+                                      {"kernel": "dgrad"}]},
+         check=check_dispatch),
 ]
 
 
-@pytest.mark.parametrize("case", DISPATCH_CASES, ids=lambda c: c.id)
-def test_bad_dispatch_is_refused(tree, case):
+@pytest.mark.parametrize("case", CASES + DISPATCH_CASES, ids=lambda c: c.id)
+def test_bad_multi_kernel_input_is_refused(tree, case):
     tree.toy()
     path = tree.recipe(case.recipe(case.base()))
     with pytest.raises(PipeLinkError) as info:
-        check_dispatch(load_recipe(path))
+        case.check(load_recipe(path))
     assert type(info.value) is case.error, str(info.value)
     for part in case.must:
         assert part in str(info.value), f"{part!r} missing from:\n{info.value}"
 
 
-def test_the_dispatch_rows_differ():
-    assert len({c.id for c in DISPATCH_CASES}) == len(DISPATCH_CASES)
-    for case in DISPATCH_CASES:
+def test_the_table_rows_differ():
+    cases = CASES + DISPATCH_CASES
+    assert len({c.id for c in cases}) == len(cases) >= 30
+    for case in cases:  # no row mutates the shared bases
         case.recipe(case.base())
+    assert yaml.safe_dump(linear()) == yaml.safe_dump(_LINEAR)
     assert yaml.safe_dump(dispatched()) == yaml.safe_dump(_DISPATCHED)
