@@ -1,7 +1,10 @@
-"""One launch of a built GEMM recipe, for Nsight Compute to profile.
+"""One launch of a built GEMM recipe, or of cuBLAS (recipe ``cublas``: torch.mm), for
+Nsight Compute to profile.
 
     ncu --clock-control none -k regex:pl_gemm -c 1 --section SpeedOfLight \\
         --section WarpStateStats python bench/profile_gemm.py build/gpu/sm_90a gemm 8192 22016 4096
+    ncu --clock-control none -k regex:nvjet -c 1 --section SpeedOfLight \\
+        python bench/profile_gemm.py - cublas 256 22016 4096
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import pipelink  # noqa: E402
 
 def main() -> None:
     folder, recipe, m, n, k = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    op = pipelink.load(Path(folder) / recipe)
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / math.sqrt(k)
-    op(x, w)
+    if recipe == "cublas":
+        torch.mm(x, w.t())
+    else:
+        pipelink.load(Path(folder) / recipe)(x, w)
     torch.cuda.synchronize()
 
 
