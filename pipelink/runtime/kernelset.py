@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import RuntimeLaunchError
 from . import torch_ops
 from .op import Op
-from .spec import condition
+from .spec import LaunchSpec, condition
 
 KERNELS_JSON = "kernels.json"
 GRAD_PREFIX = "grad."
@@ -133,7 +133,7 @@ class KernelSet:
             op = self._chosen[key] = self._first_that_holds(spec, shapes, scalars)
         return op
 
-    def _first_that_holds(self, spec: Any, shapes: list[tuple[Any, ...]],
+    def _first_that_holds(self, spec: LaunchSpec, shapes: list[tuple[Any, ...]],
                           scalars: tuple[Any, ...]) -> Op:
         sizes: dict[str, Any] = {"num_sms": self.dispatch[0][0]._num_sms}
         sizes.update(zip((name for name, _ in spec.scalar_inputs), scalars, strict=True))

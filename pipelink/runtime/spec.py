@@ -189,12 +189,6 @@ _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operato
             "==": operator.eq, "!=": operator.ne}
 
 
-def holds(left: str, op: str, right: str, sizes: Mapping[str, Any], key: str) -> Any:
-    """Whether ``left op right`` (a parsed condition, expr.comparison) holds for sizes;
-    with symbolic sizes, a symbolic truth value that torch.compile guards on."""
-    return _COMPARE[op](evaluate(left, sizes, key), evaluate(right, sizes, key))
-
-
 def condition(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
     """A condition ('M <= 512') as a function of the sizes, parsed once. Calling it runs
     plain Python operators only, so torch.compile traces it where it could not trace
