@@ -1564,16 +1564,20 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
     The runtime makes the recipe one op: a call runs the first entry whose conditions all
     hold on the call's sizes, the last entry otherwise. The kernels must take and return
     the same tensors (names, dtypes, shapes) and scalars, so any call one accepts, the
-    others accept too, and a condition may name only sizes the inputs' shapes bind."""
+    others accept too, and a condition may name only sizes the inputs' shapes bind. With
+    ``autograd:``, its forward kernel is one of them, and every one takes its gradients."""
     section = recipe.dispatch
     if section is None:
         return None
     problems = _Problems(recipe)
     kernels = recipe.kernels()
-    if recipe.autograd is not None:
-        problems.add("dispatch", "a recipe cannot have both dispatch: and autograd: (the "
-                                 "differentiable call runs one forward kernel)",
-                     "keep dispatch: in a forward-only recipe, or drop it")
+    forward = (recipe.autograd or {}).get("forward")
+    if forward is not None and forward not in {e["kernel"] for e in section}:
+        problems.add("autograd.forward", f"kernel '{forward}' is not one dispatch: lists: a "
+                                         "call would run a dispatched kernel that has no "
+                                         "gradients",
+                     "list the forward kernel under dispatch: (every dispatched kernel "
+                     "then takes autograd's gradients)")
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     first = None

@@ -45,6 +45,8 @@ class KernelSet:
 
     # (op, its conditions as (text, function of the sizes)), in order; empty: no dispatch
     dispatch: tuple[tuple[Op, tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...]], ...] = ()
+    forward_op: Op | None = None              # what a call runs without dispatch
+    _returns: tuple[int, ...] | None = None   # the forward outputs a call hands back
 
     def __init__(self, folder: Path | str) -> None:
         folder = Path(folder)
@@ -57,20 +59,27 @@ class KernelSet:
         self.folder, self.recipe = folder, index.get("recipe", folder.name)
         self.kernels = {name: Op(folder / sub) for name, sub in sorted(kernels.items())}
         self.autograd = index.get("autograd")
-        self.forward_op = None
-        self._returns: tuple[int, ...] | None = None
         self._set_dispatch(index.get("dispatch") or ())
         if self.autograd:
             self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
-            _register_backward(self.forward_op, self.autograd, self)
+            # Every kernel a call may run forward has the recipe's gradients (the checker
+            # gave the dispatched kernels one signature).
+            for op in {id(op): op for op in (self.forward_op, *self._dispatched())}.values():
+                _register_backward(op, self.autograd, self)
             names = [o.name for o in self.forward_op.spec.outputs]
             if self.autograd.get("returns"):
                 self._returns = tuple(names.index(n) for n in self.autograd["returns"])
-        elif len(self.kernels) == 1 and not self.dispatch:
+        elif self.dispatch:
+            for op in self._dispatched():     # forward-only kernels, one op
+                torch_ops.refuse_backward(op)
+        elif len(self.kernels) == 1:
             # One kernel and no gradients (a recipe that removed the rest, e.g. a
             # forward-only variant): calling the set calls it, as a one-kernel recipe's op.
             self.forward_op = next(iter(self.kernels.values()))
             torch_ops.refuse_backward(self.forward_op)
+
+    def _dispatched(self) -> list[Op]:
+        return [op for op, _ in self.dispatch]
 
     def _kernel(self, name: str, key: str) -> Op:
         if name not in self.kernels:
@@ -147,13 +156,12 @@ class KernelSet:
         return self.dispatch[-1][0]
 
     def __call__(self, *inputs: Any, **kw: Any) -> Any:
-        if self.dispatch:
-            return self.choose(*inputs, **kw)(*inputs, **kw)
-        if self.forward_op is None:
+        op = self.choose(*inputs, **kw) if self.dispatch else self.forward_op
+        if op is None:
             raise RuntimeLaunchError(f"{self.recipe} has several kernels and no autograd: "
                                      "section; call one of them",
                                      hint="kernels: " + ", ".join(self.kernels))
-        result = self.forward_op(*inputs, **kw)
+        result = op(*inputs, **kw)
         if self._returns is None:
             return result
         picked = tuple(result[i] for i in self._returns)

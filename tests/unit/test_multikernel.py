@@ -349,12 +349,28 @@ DISPATCH_CASES = [
     Case("dispatch_condition_unreadable", CheckError,
          (f"{RECIPE}: dispatch[0].when[1]", "cannot read condition 'M'",
           "write one comparison"), entry(0, "when", ["N >= 8", "M"]), dispatched, check_dispatch),
-    Case("dispatch_beside_autograd", CheckError,
-         (f"{RECIPE}: dispatch", "both dispatch: and autograd:"),
-         lambda d: {**d, "dispatch": [{"kernel": "forward", "when": "M <= 64"},
-                                      {"kernel": "dgrad"}]},
+    Case("autograd_forward_not_dispatched", CheckError,
+         (f"{RECIPE}: autograd.forward", "kernel 'forward' is not one dispatch: lists",
+          "list the forward kernel under dispatch:"),
+         lambda d: {**with_small_forward(d), "dispatch": [
+             {"kernel": "small", "when": "M <= 64"}, {"kernel": "dgrad"}]},
          check=check_dispatch),
 ]
+
+
+def with_small_forward(data: dict[str, Any]) -> dict[str, Any]:
+    """linear() with a second forward kernel, 'small', of the forward's signature."""
+    data["kernels"]["small"] = copy.deepcopy(data["kernels"]["forward"])
+    return data
+
+
+def test_a_dispatched_forward_takes_the_gradients(tree):
+    """dispatch: beside autograd: the forward is one of the dispatched kernels."""
+    data = with_small_forward(linear())
+    data["dispatch"] = [{"kernel": "small", "when": "M <= 64"}, {"kernel": "forward"}]
+    doc = json.loads(kernels_index(_write(tree, data), "sm_90a"))
+    assert doc["dispatch"] == [{"kernel": "small", "when": ["M <= 64"]}, {"kernel": "forward"}]
+    assert doc["autograd"]["forward"] == "forward"
 
 
 @pytest.mark.parametrize("case", CASES + DISPATCH_CASES, ids=lambda c: c.id)

@@ -222,6 +222,47 @@ def test_autograd_runs_the_gradient_kernels():
     assert x.grad.shape == x.shape and w.grad.shape == w.shape
 
 
+def test_every_dispatched_forward_runs_the_gradient_kernels():
+    """dispatch: beside autograd: whichever forward kernel a call runs, its backward runs
+    the recipe's gradient kernels; a dispatching set without gradients refuses backward,
+    naming the op."""
+    from pipelink.runtime.kernelset import KernelSet, _register_backward
+    shapes = (["M", "K"], ["N", "K"], ["M", "N"])
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder = "dlin", "."
+    ks.kernels = {
+        "small": Op.from_meta(_gemm_meta("gsmall", "x", "w", "y", shapes), 132),
+        "forward": Op.from_meta(_gemm_meta("gforward", "x", "w", "y", shapes), 132),
+        "dgrad": Op.from_meta(_gemm_meta("gdgrad", "dy", "wt", "dx",
+                                         (["M", "N"], ["K", "N"], ["M", "K"])), 132)}
+    ks._set_dispatch([{"kernel": "small", "when": ["M <= 64"]}, {"kernel": "forward"}])
+    ks.forward_op, ks._returns = ks.kernels["forward"], None
+    for op in ks._dispatched():
+        _register_backward(op, {"grads": {"x": {"kernel": "dgrad",
+                                                "inputs": ["grad.y", "w.T"]}}}, ks)
+    w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
+    for m in (64, 65):
+        x = torch.empty(m, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        y = ks(x, w)
+        assert y.requires_grad
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+
+    forward_only = object.__new__(KernelSet)
+    forward_only.recipe, forward_only.folder = "dmm", "."
+    forward_only.kernels = {name: Op.from_meta(_gemm_meta(f"r{name}", "a", "b", "c", shapes),
+                                               132) for name in ("short", "tall")}
+    forward_only._set_dispatch([{"kernel": "short", "when": ["M <= 64"]}, {"kernel": "tall"}])
+    from pipelink.runtime import torch_ops
+    for op in forward_only._dispatched():
+        torch_ops.refuse_backward(op)
+    b = torch.empty(48, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    for m in (64, 65):
+        a = torch.empty(m, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        with pytest.raises(RuntimeLaunchError, match="has no backward kernel"):
+            forward_only(a, b).sum().backward()
+
+
 # The op's keyword scalars (launch.scalars): sizes the caller picks, e.g. an MoE's top_k.
 SCALAR_META = copy.deepcopy(META)
 SCALAR_META.update(recipe="scalar_demo", cubin_sha256="cd" * 32)
