@@ -247,7 +247,7 @@ __device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* d
                                                 uint32_t heads, Fragment f, StepTile t,
                                                 uint32_t first_column) {
 #pragma unroll
-  for (uint32_t r = 0; r < 2; ++r) {
+  for (uint32_t r = 0; r < Fragment::kRowHalves; ++r) {
     const int32_t q = t.q_first + f.row(r);
     if (q >= t.len) continue;
     float* row_at = dq_rows + size_t(q) * heads * kHeadDim + first_column + uint32_t(f.col0);

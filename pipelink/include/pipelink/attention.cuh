@@ -112,10 +112,11 @@ __device__ __forceinline__ size_t stats_index(uint32_t head, uint32_t row_kind, 
 struct Fragment {
   static constexpr uint32_t kThreadsPerRow = 4;       // a quad
   static constexpr uint32_t kColumnsPerThread = 2;    // per 8-column block
+  static constexpr uint32_t kRowHalves = 2;           // rows a thread holds, 8 apart
   int32_t row0;
   int32_t col0;
   __device__ static int32_t row_half(uint32_t i) {
-    return int32_t((i / kColumnsPerThread) % 2);
+    return int32_t((i / kColumnsPerThread) % kRowHalves);
   }
   __device__ static int32_t column(uint32_t i) {
     return int32_t(epi::kBlockCols * (i / epi::kFloatsPerBlock) + i % kColumnsPerThread);
