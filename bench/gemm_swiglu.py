@@ -245,11 +245,10 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
-def target_lines(rows: list[dict], recipe: str, column: str) -> list[str]:
-    """#10's targets for one recipe's column (``linked`` or a variant), events and
-    do_bench: gemm against cuBLAS (geomean over M >= 2048, slowest shape), gemm_swiglu
-    against the strongest baseline (geomean over all shapes, slowest shape)."""
-    group = "gemm" if recipe.startswith("gemm_auto") or recipe == "gemm" else "swiglu"
+def target_lines(rows: list[dict], recipe: str, group: str, column: str) -> list[str]:
+    """#10's targets for one recipe's column (``linked`` or a variant) of a group, events
+    and do_bench: "gemm" against cuBLAS (geomean over M >= 2048, slowest shape),
+    "swiglu" against the strongest baseline (geomean over all shapes, slowest shape)."""
     timed = [r for r in rows if column in r[group]]
     if not timed:
         return []
@@ -340,10 +339,10 @@ def report(path: Path) -> None:
              "triton.testing.do_bench (L2 flushed). The SwiGLU baseline per shape is the "
              "fastest of cuBLAS on the concatenated weight + compiled SwiGLU, torch.compile "
              "of the whole function, and eager.", "",
-             *target_lines(rows, "gemm", "linked"),
-             *target_lines(rows, "gemm_auto", "auto"),
-             *target_lines(rows, "gemm_swiglu", "linked"),
-             *target_lines(rows, "gemm_swiglu_auto", "swiglu_auto"),
+             *target_lines(rows, "gemm", "gemm", "linked"),
+             *target_lines(rows, "gemm_auto", "gemm", "auto"),
+             *target_lines(rows, "gemm_swiglu", "swiglu", "linked"),
+             *target_lines(rows, "gemm_swiglu_auto", "swiglu", "swiglu_auto"),
              *variant_lines(rows),
              f"- |linked/mono - 1|: median {statistics.median(lm) * 100:.2f}%, max "
              f"{max(lm) * 100:.2f}% (the SASS of the two is identical; see the linked vs "

@@ -1581,6 +1581,7 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     first = None
+    sizes: set[str] = set()
     for i, entry in enumerate(section):
         key = f"dispatch[{i}]"
         kernel = kernels.get(entry["kernel"])
@@ -1605,13 +1606,13 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
             problems.add(key, f"entry '{entry['kernel']}' has no when: and is not last: the "
                               "entries after it would never run",
                          "give it conditions, or move it to the end")
-        if first is None:
+        if first is None:      # the signature every other kernel must have
             first = kernel
+            sizes = {d for spec in first.launch.get("inputs", {}).values()
+                     for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
+            sizes |= set(first.launch.get("scalars", {})) | set(HOST_SIZES)
         else:
             _same_signature(problems, key, first, kernel)
-        sizes = {d for spec in first.launch.get("inputs", {}).values()
-                 for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
-        sizes |= set(first.launch.get("scalars", {})) | set(HOST_SIZES)
         for j, condition in enumerate(when):
             _condition_known(problems, f"{key}.when[{j}]", condition, sizes)
         out.append({"kernel": entry["kernel"], **({"when": when} if when else {})})
