@@ -1007,8 +1007,9 @@ def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes
     port = next(p for p in b.contract.ports.values() if p.kind == "work" and p.dir == "out")
     producer = Endpoint(scheduler, port.name)
     own = (scheduler, port.role)
-    readers = {(t.dst.instance, bound[t.dst.instance].contract.ports[t.dst.port].role)
-               for t in transfers if t.kind == "work" and t.src == producer}
+    readers = {(t.dst.instance, role) for t in transfers if t.kind == "work"
+               and t.src == producer for role in bound[t.dst.instance].contract.roles
+               if bound[t.dst.instance].contract.ports[t.dst.port].seen_by(role)}
     consumers, arrivals, lane_of_scheduler = [], 0, ""
     for lane in lanes:
         if own in lane.members:
@@ -1453,6 +1454,17 @@ def _converter_buffers(bound: dict[str, BoundContract], t: Transfer) -> list[Buf
     ]
 
 
+def _runs_everywhere(recipe: Recipe, kernel: Recipe, key: str, problems: _Problems) -> None:
+    """A kernel a call may run is built for every arch the recipe targets (gradient
+    kernels may be narrower: backpropagation is refused where they are not built)."""
+    missing = [a for a in recipe.archs if a not in kernel.archs]
+    if missing:
+        problems.add(key, f"kernel '{kernel.kernel}' is not built for {', '.join(missing)}, "
+                          "which the recipe targets: a call there would find no kernel",
+                     f"build it for every arch of the recipe (kernels.{kernel.kernel}.arch), "
+                     "or narrow the recipe's arch")
+
+
 def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
     """Checks a recipe's ``autograd:`` section against its kernels' launches and returns
     it normalised (grads in the forward kernel's input order), or None without one.
@@ -1474,6 +1486,7 @@ def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
         problems.add("autograd.forward", f"names kernel '{section['forward']}', which the "
                                          "recipe does not define", f"kernels: {names}")
         problems.raise_if_any()
+    _runs_everywhere(recipe, forward, "autograd.forward", problems)
     f_inputs = forward.launch.get("inputs", {})
     f_outputs = forward.launch.get("outputs", {})
     tensors = {**f_inputs, **f_outputs}
@@ -1590,6 +1603,7 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
                                           "recipe does not define",
                          "kernels: " + ", ".join(kernels))
             continue
+        _runs_everywhere(recipe, kernel, f"{key}.kernel", problems)
         if entry["kernel"] in seen:
             problems.add(f"{key}.kernel", f"kernel '{entry['kernel']}' is listed twice",
                          "list each kernel once, with all its conditions in one when:")

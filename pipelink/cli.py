@@ -111,7 +111,7 @@ def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])
     recipe = load_recipe(a.recipe)
     build = _folder(Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj"), "--build")
     kernels = []
-    for view in recipe.select(a.kernel).values():
+    for view in recipe.select(a.kernel, a.arch).values():
         objects = build_objects(view, a.arch, default_index(), build)
         kernels.append(check_objects(view, a.arch, objects, default_index())[0])
     return recipe, kernels
@@ -189,7 +189,7 @@ def cmd_link(a: argparse.Namespace) -> int:
     recipe = load_recipe(a.recipe)
     out = _folder(Path(a.output), "--output")
     objects = {name: build_objects(view, a.arch, default_index(), out / "obj")
-               for name, view in recipe.select(a.kernel).items()}
+               for name, view in recipe.select(a.kernel, a.arch).items()}
     results = link_recipe(recipe, objects, out, LinkOptions(a.arch, mode=a.mode,
                                                             emit_ptx=a.ptx,
                                                             phase_clock=a.phase_clock),

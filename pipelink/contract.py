@@ -34,6 +34,7 @@ from .yamlload import clip
 
 # Ports that are rings of buffers with full/empty mbarriers, placed at the producer.
 RING_PORTS = ("smem_pipeline", "tmem")
+EVERY_ROLE = "*"          # the role of a work in port that every role of its component reads
 # Architectures with Tensor Memory (tcgen05).
 TMEM_ARCHS = {"sm_100a"}
 WARPGROUP_USES = {"wgmma", "setmaxnreg", "umma", "tmem_load"}
@@ -149,8 +150,12 @@ class Port:
     dir: str
     kind: str
     dtype: str
-    role: str
+    role: str                     # EVERY_ROLE: a work in port all the roles read
     spec: dict[str, Any]          # the rest, as written (expressions unevaluated)
+
+    def seen_by(self, role: str) -> bool:
+        """Whether `role`'s entry sees this port."""
+        return self.role in (role, EVERY_ROLE)
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,7 @@ class RoleSpec:
     entry: str
     init: bool
     tail: bool
+    state: tuple[str, ...] = ()    # PipeStates of rings between the component's own roles
 
     @property
     def warpgroup(self) -> bool:
@@ -388,7 +394,7 @@ def contract_from_data(data: Any, where: str) -> Contract:
     name = data["component"]
     roles = {r: RoleSpec(r, spec["warps"], spec.get("registers", 0), tuple(spec.get("uses", [])),
                          spec.get("entry", f"pl_{name}_{r}"), spec.get("init", False),
-                         spec.get("tail", False))
+                         spec.get("tail", False), tuple(spec.get("state", ())))
              for r, spec in data.get("roles", {}).items()}
     ports = {}
     for pname, spec in data.get("ports", {}).items():
@@ -397,6 +403,12 @@ def contract_from_data(data: Any, where: str) -> Contract:
             # code (out): no role of its own.
             rest = {k: v for k, v in spec.items() if k not in ("dir", "kind")}
             ports[pname] = Port(pname, spec["dir"], "function", "", "", rest)
+            continue
+        if spec["kind"] == "work" and spec["dir"] == "in" and "role" not in spec \
+                and len(roles) > 1:
+            # Every role of the component loops over the records: each reads them.
+            rest = {k: v for k, v in spec.items() if k not in ("dir", "kind")}
+            ports[pname] = Port(pname, "in", "work", "", EVERY_ROLE, rest)
             continue
         role = spec.get("role") or _only_role(roles, name, pname, where)
         if role not in roles:
@@ -475,11 +487,24 @@ def _check_references(c: Contract) -> None:
                         "which is not under mbarriers", where=c.where(f"{key}.{bar}"),
                         hint="mbarriers: " + (", ".join(sorted(mbars)) or "none"))
     _check_work_ports(c)
+    _check_role_state(c)
     for name in c.section("tmem"):
         if not TMEM_ARCHS & set(c.archs):
             raise ContractError(f"tmem '{name}' needs sm_100a in arch",
                                 where=c.where(f"tmem.{name}"),
                                 hint="Tensor Memory exists on sm_100a only")
+
+
+def _check_role_state(c: Contract) -> None:
+    """A role's own ring states sit beside its ports' in one struct: no name twice."""
+    for role in c.roles.values():
+        for name in role.state:
+            port = c.ports.get(name)
+            if port is not None and port.kind in RING_PORTS and port.seen_by(role.name):
+                raise ContractError(f"role '{role.name}' keeps state '{name}', the name of its "
+                                    f"port '{name}'", where=c.where(f"roles.{role.name}.state"),
+                                    hint="name the ring between the component's own roles "
+                                         "apart from its ports")
 
 
 def _check_work_ports(c: Contract) -> None:
@@ -511,7 +536,7 @@ def _check_work_ports(c: Contract) -> None:
                                     hint="add kind: scheduler at the top of the contract")
         if port.spec.get("per_tile") == PER_TILE_WORK:
             readers = [p for p in c.ports.values()
-                       if p.kind == "work" and p.dir == "in" and p.role == port.role
+                       if p.kind == "work" and p.dir == "in" and p.seen_by(port.role)
                        and set(K_RANGE_FIELDS) <= set(record_fields(p.spec))]
             if not readers:
                 raise ContractError(

@@ -173,6 +173,7 @@ def generate(bound: BoundContract) -> str:
         out.append(f"// Pipeline state of role '{role}', kept by the glue across work tiles.")
         out.append(f"struct {t[f'state.{role}']} {{")
         out += [f"  pl::PipeState {p};" for p in pipeline_ports(bound, role)]
+        out += [f"  pl::PipeState {s};  // roles.{role}.state" for s in spec.state]
         returns = "pl::WorkTile" if schedules(bound, role) else "void"
         out += ["};", f'extern "C" __device__ {returns} {symbols[role]}'
                       f"({entry_signature(bound, role)});"]

@@ -287,11 +287,15 @@ def cubin_name(recipe: Recipe) -> str:
 
 
 def kernels_index(recipe: Recipe, arch: str) -> str:
-    """``kernels.json`` of a multi-kernel recipe: each kernel's folder and the checked,
-    normalised autograd and dispatch sections, as the runtime reads them."""
+    """``kernels.json`` of a multi-kernel recipe: the folder of each kernel built for
+    ``arch``, the archs of those that are not, and the checked, normalised autograd and
+    dispatch sections, as the runtime reads them."""
     doc = {"format": KERNELS_JSON_FORMAT, "recipe": recipe.recipe_name, "arch": arch,
-           "kernels": {name: k.folder for name, k in recipe.kernels().items()},
+           "kernels": {name: k.folder for name, k in recipe.select(None, arch).items()},
            "autograd": check_autograd(recipe)}
+    elsewhere = recipe.elsewhere(arch)
+    if elsewhere:                  # absent otherwise: older kernels.json stay byte-equal
+        doc["elsewhere"] = {name: list(archs) for name, archs in elsewhere.items()}
     dispatch = check_dispatch(recipe)
     if dispatch is not None:       # absent otherwise: older kernels.json stay byte-equal
         doc["dispatch"] = dispatch
@@ -392,7 +396,7 @@ def link_recipe(recipe: Recipe, objects: dict[str, dict[str, Path]], out_dir: Pa
     out_dir = Path(out_dir)
     tc = toolchain or discover()
     results = {}
-    for name, kernel in recipe.select(kernels).items():
+    for name, kernel in recipe.select(kernels, opts.arch).items():
         results[name] = link_kernel(kernel, objects[name], out_dir / kernel.folder, opts,
                                     index=index, toolchain=tc, stage_root=stage_root)
     if recipe.multi:

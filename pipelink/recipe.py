@@ -27,6 +27,7 @@ _CONNECTION = re.compile(r"^\s*(\w+)\.(\w+)\s*->\s*(\w+)\.(\w+)\s*$")
 MAIN = "main"                                   # the kernel of a single-kernel recipe
 # What a kernel defines; the rest of a multi-kernel recipe is shared by its kernels.
 KERNEL_KEYS = ("instances", "connect", "launch", "phases")
+_COMPONENT_CHOICE = {"component", "per_arch"}    # an instance's component, one way or the other
 
 
 @dataclass(frozen=True)
@@ -104,15 +105,29 @@ class Recipe:
                                self.data["recipe"], f"kernels.{name}.")
         return out
 
-    def select(self, names: list[str] | tuple[str, ...] | None) -> dict[str, Recipe]:
-        """The kernels named (all when none are), refusing unknown names."""
+    def select(self, names: list[str] | tuple[str, ...] | None,
+               arch: str | None = None) -> dict[str, Recipe]:
+        """The kernels named (all when none are), refusing unknown names; with `arch`,
+        those built for it (a kernel named but not built for it is refused)."""
+        if arch is not None and arch not in self.archs:
+            raise RecipeError(f"recipe '{self.recipe_name}' does not target {arch}",
+                              where=self.where("arch"), hint="its archs: " + ", ".join(self.archs))
         kernels = self.kernels()
         for name in names or ():
             if name not in kernels:
                 raise RecipeError(f"recipe '{self.recipe_name}' has no kernel '{name}'",
                                   where=self.where("kernels" if self.multi else "recipe"),
                                   hint="its kernels: " + ", ".join(kernels))
-        return {n: k for n, k in kernels.items() if not names or n in names}
+            if arch is not None and arch not in kernels[name].archs:
+                raise RecipeError(f"kernel '{name}' of recipe '{self.recipe_name}' is not "
+                                  f"built for {arch}", where=self.where(f"kernels.{name}.arch"),
+                                  hint="it builds for " + ", ".join(kernels[name].archs))
+        return {n: k for n, k in kernels.items() if (not names or n in names)
+                and (arch is None or arch in k.archs)}
+
+    def elsewhere(self, arch: str) -> dict[str, tuple[str, ...]]:
+        """The kernels not built for `arch` -> the archs they are built for."""
+        return {n: k.archs for n, k in self.kernels().items() if arch not in k.archs}
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -180,8 +195,14 @@ def load_recipe(path: Path | str) -> Recipe:
                               f"{', '.join(top)}", where=f"{where}: {top[0]}",
                               hint="move " + ", ".join(top) + " under one kernel in kernels:")
         recipe = Recipe(data["recipe"], where, data)
-        for kernel in recipe.kernels().values():
+        for name, kernel in recipe.kernels().items():
             _check_instances_named(kernel)
+            extra = [a for a in kernel.archs if a not in data["arch"]]
+            if extra:
+                raise RecipeError(f"kernel '{name}' builds for {', '.join(extra)}, which the "
+                                  "recipe does not target", where=f"{where}: kernels.{name}.arch",
+                                  hint="a kernel's arch lists some of the recipe's: "
+                                       + ", ".join(data["arch"]))
         return recipe
     if "instances" not in data:
         raise RecipeError("key 'instances': missing (required)", where=where,
@@ -277,10 +298,15 @@ def _with_constants(data: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _merge(base: Any, over: Any) -> Any:
     """``over`` written over ``base``: mappings merge key by key, a key set to null
-    (``~``) is removed, anything else (lists included) replaces."""
+    (``~``) is removed, anything else (lists included) replaces. An instance's choice of
+    component (``component`` or ``per_arch``), written over, replaces the base's choice
+    whole: an instance the base picks per arch becomes one component for every arch."""
     if not (isinstance(base, dict) and isinstance(over, dict)):
         return over
     out = dict(base)
+    if _COMPONENT_CHOICE & over.keys():
+        for key in _COMPONENT_CHOICE:
+            out.pop(key, None)
     for key, value in over.items():
         if value is None:
             out.pop(key, None)

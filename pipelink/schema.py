@@ -57,7 +57,8 @@ PORT = _obj({
                             "every looping role); function: device functions of an "
                             "interface, called (in) or provided (out), inlined across "
                             "objects by LTO"},
-    "role": {**IDENT, "description": "the role whose entry sees this port (default: the only one)"},
+    "role": {**IDENT, "description": "the role whose entry sees this port (default: the only "
+                                     "one; a work in port without one is read by every role)"},
     "dtype": {**DTYPE_REF, "description": DTYPE_REF["description"] + " (every kind "
                                                                      "but work)"},
     "record": {"oneOf": [{"enum": sorted(RECORDS)},
@@ -156,6 +157,11 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
         "entry": {**C_IDENT, "description": "the role's entry (default pl_<component>_<role>)"},
         "init": {"type": "boolean", "description": "declare pl_<c>_<role>_init, run once"},
         "tail": {"type": "boolean", "description": "declare pl_<c>_<role>_tail, run once"},
+        "state": {"type": "array", "items": IDENT, "uniqueItems": True,
+                  "description": "rings between this component's own roles (e.g. Tensor "
+                                 "Memory buffers an MMA warp and its softmax warps hand each "
+                                 "other): a pl::PipeState each in the role's state, kept by "
+                                 "the glue across records like a port's"},
     }, ["warps"]), "warp roles this component runs"),
     "smem": _map(_obj({"bytes": EXPR, "align": EXPR, "live": LIVE}, ["bytes"]),
                  "shared-memory buffers"),
@@ -275,7 +281,12 @@ PHASES = {**_map(_obj({
                                 "phase by phase on shared warps, in an order that puts each "
                                 "phase after the ones it names"), "minProperties": 1}
 
-KERNEL = _obj({"instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH, "phases": PHASES},
+KERNEL = _obj({"instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH, "phases": PHASES,
+               "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1,
+                        "uniqueItems": True,
+                        "description": "the archs this kernel builds, some of the recipe's "
+                                       "(default: all of them); e.g. a backward kernel whose "
+                                       "components exist for sm_90a only"}},
               ["instances"], "one kernel: the keys a single-kernel recipe has at the top level")
 
 # grad.<forward output> or <forward input or output>, '.T' for a transposed 2-D copy

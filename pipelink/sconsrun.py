@@ -173,7 +173,7 @@ def plan(recipe_path: Path | str, arch: str, index: ComponentIndex,
         raise RecipeError(f"recipe '{recipe.name}' defines several kernels; name one",
                           where=recipe.where("kernels"),
                           hint="its kernels: " + ", ".join(recipe.kernels()))
-    view = recipe.select([kernel] if kernel else None)
+    view = recipe.select([kernel] if kernel else None, arch)
     return kernel_plan(next(iter(view.values())), arch, index, contracts)
 
 
@@ -187,7 +187,8 @@ def plans(recipe_path: Path | str, arch: str, index: ComponentIndex,
     check_autograd(recipe)
     check_dispatch(recipe)
     contracts = {} if contracts is None else contracts
-    return [kernel_plan(view, arch, index, contracts) for view in recipe.kernels().values()]
+    return [kernel_plan(view, arch, index, contracts)
+            for view in recipe.select(None, arch).values()]
 
 
 def kernel_plan(recipe: Recipe, arch: str, index: ComponentIndex,
@@ -463,7 +464,7 @@ def cmd_link(a: argparse.Namespace) -> int:
         raise RecipeError(f"recipe '{recipe.name}' defines several kernels; link one at a time",
                           where=recipe.where("kernels"), hint="pass --kernel NAME")
     if a.kernel:
-        recipe = recipe.select([a.kernel])[a.kernel]
+        recipe = recipe.select([a.kernel], a.arch)[a.kernel]
     index = ComponentIndex(tuple(Path(p) for p in a.components.split(os.pathsep)))
     result = link_kernel(recipe, objects, a.output, LinkOptions(a.arch, mode=a.mode),
                          index=index)

@@ -56,16 +56,30 @@ class KernelSet:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise RuntimeLaunchError(f"not a built multi-kernel folder: {exc}",
                                      where=str(folder / KERNELS_JSON)) from None
+        self._set_up(folder, index, {name: Op(folder / sub)
+                                     for name, sub in sorted(kernels.items())})
+
+    def _set_up(self, folder: Path, index: dict[str, Any], kernels: dict[str, Op]) -> None:
+        """The set from its kernels.json (`index`) and its loaded kernels."""
         self.folder, self.recipe = folder, index.get("recipe", folder.name)
-        self.kernels = {name: Op(folder / sub) for name, sub in sorted(kernels.items())}
+        self.kernels = kernels
         self.autograd = index.get("autograd")
         self._set_dispatch(index.get("dispatch") or ())
         if self.autograd:
             self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
+            # Gradient kernels built for other archs only (kernels.<k>.arch): the forward
+            # runs here, backpropagation through it is refused, naming them.
+            unbuilt = "; ".join(
+                f"kernel '{n}' is built for {', '.join(archs)} only, not for "
+                f"{index.get('arch', 'this arch')}"
+                for n, archs in _unbuilt_gradients(self.autograd, index.get("elsewhere") or {}))
             # Every kernel a call may run forward has the recipe's gradients (the checker
             # gave the dispatched kernels one signature).
             for op in {id(op): op for op in (self.forward_op, *self._dispatched())}.values():
-                _register_backward(op, self.autograd, self)
+                if unbuilt:
+                    torch_ops.refuse_backward(op, unbuilt)
+                else:
+                    _register_backward(op, self.autograd, self)
             names = [o.name for o in self.forward_op.spec.outputs]
             if self.autograd.get("returns"):
                 self._returns = tuple(names.index(n) for n in self.autograd["returns"])
@@ -164,7 +178,8 @@ class KernelSet:
         result = op(*inputs, **kw)
         if self._returns is None:
             return result
-        picked = tuple(result[i] for i in self._returns)
+        outputs = result if isinstance(result, (tuple, list)) else (result,)   # one: a tensor
+        picked = tuple(outputs[i] for i in self._returns)
         return picked[0] if len(picked) == 1 else picked
 
     def __repr__(self) -> str:
@@ -176,6 +191,17 @@ class KernelSet:
                 for op, conditions in self.dispatch)
             return f"<pipelink kernels {self.recipe}: {rules}>"
         return f"<pipelink kernels {self.recipe}: {', '.join(self.kernels)}>"
+
+
+def _unbuilt_gradients(section: dict[str, Any] | None, elsewhere: dict[str, Any]
+                       ) -> list[tuple[str, list[str]]]:
+    """(kernel, the archs it is built for) of each gradient kernel kernels.json says was
+    not built for its arch."""
+    if not section:
+        return []
+    names = [g["kernel"] for g in section["grads"].values()]
+    names += [ln["kernel"] for ln in section.get("launches") or ()]
+    return [(n, list(elsewhere[n])) for n in dict.fromkeys(names) if n in elsewhere]
 
 
 def _register_backward(forward: Op, section: dict[str, Any], kernels: KernelSet) -> None:

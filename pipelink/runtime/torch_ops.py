@@ -141,16 +141,17 @@ def register(op: Op) -> Any:
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def refuse_backward(op: Op) -> None:
-    """Makes backpropagation through a forward-only op an error naming it. Without an
-    autograd formula, PyTorch would hand back no gradient for its inputs and warn at
-    most: a model would train with q.grad silently None. A formula set for the op
-    (set_autograd: its recipe's gradient kernels, loaded before or after) wins."""
+def refuse_backward(op: Op, why: str = "it was loaded as a forward-only op") -> None:
+    """Makes backpropagation through a forward-only op an error naming it (and `why` it
+    has no gradients). Without an autograd formula, PyTorch would hand back no gradient
+    for its inputs and warn at most: a model would train with q.grad silently None. A
+    formula set for the op (set_autograd: its recipe's gradient kernels, loaded before or
+    after) wins."""
     name = op_name(op.kernel.meta)
     if name not in _LIBRARIES or name in _AUTOGRAD:
         return
-    message = (f"{op.name} has no backward kernel: it was loaded as a forward-only op, and "
-               "gradients cannot flow through it", str(op.kernel.folder))
+    message = (f"{op.name} has no backward kernel: {why}, and gradients cannot flow "
+               "through it", str(op.kernel.folder))
     _AUTOGRAD[name] = (None, None, message)
     _install_autograd(name)
 

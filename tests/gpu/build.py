@@ -37,7 +37,7 @@ def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:
         recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
         # A multi-kernel recipe links one folder per kernel beside kernels.json.
         objects = {kernel: build_objects(view, "sm_90a", index, out / "obj" / "sm_90a")
-                   for kernel, view in recipe.kernels().items()}
+                   for kernel, view in recipe.select(None, "sm_90a").items()}
         builds = [("linked", "sm_90a", False), ("mono", "mono", False)]
         if name in PHASE_CLOCKED:
             builds.append(("linked", "phases", True))

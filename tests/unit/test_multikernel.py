@@ -161,6 +161,33 @@ def test_scratch_orders_the_launches_writer_first(tree):
         {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T", "keep"]}]
 
 
+def two_archs() -> dict[str, Any]:
+    """linear() for sm_90a and sm_100a, its gradient kernels for sm_90a only."""
+    data = linear()
+    data["arch"] = ["sm_90a", "sm_100a"]
+    for name in ("dgrad", "wgrad"):
+        data["kernels"][name]["arch"] = ["sm_90a"]
+    return data
+
+
+def test_a_kernel_may_build_for_some_of_the_archs(tree):
+    recipe = _write(tree, two_archs())
+    assert recipe.kernels()["dgrad"].archs == ("sm_90a",)
+    assert recipe.kernels()["forward"].archs == ("sm_90a", "sm_100a")
+    assert list(recipe.select(None, "sm_100a")) == ["forward"]
+    assert list(recipe.select(None, "sm_90a")) == ["forward", "dgrad", "wgrad"]
+    assert recipe.elsewhere("sm_100a") == {"dgrad": ("sm_90a",), "wgrad": ("sm_90a",)}
+    with pytest.raises(RecipeError, match=r"kernels\.dgrad\.arch.*\n.*builds for sm_90a"):
+        recipe.select(["dgrad"], "sm_100a")
+    with pytest.raises(RecipeError, match=r"does not target sm_120a"):
+        recipe.select(None, "sm_120a")
+    # kernels.json says which kernels were built elsewhere (only where some were).
+    blackwell = json.loads(kernels_index(recipe, "sm_100a"))
+    assert blackwell["kernels"] == {"forward": "forward"}
+    assert blackwell["elsewhere"] == {"dgrad": ["sm_90a"], "wgrad": ["sm_90a"]}
+    assert "elsewhere" not in json.loads(kernels_index(recipe, "sm_90a"))
+
+
 def test_a_multi_kernel_recipe_without_autograd_indexes_null(tree):
     doc = json.loads(kernels_index(_write(tree, two_toys()), "sm_90a"))
     assert doc["autograd"] is None and doc["kernels"] == {"a": "a", "b": "b"}
@@ -349,6 +376,20 @@ DISPATCH_CASES = [
     Case("dispatch_condition_unreadable", CheckError,
          (f"{RECIPE}: dispatch[0].when[1]", "cannot read condition 'M'",
           "write one comparison"), entry(0, "when", ["N >= 8", "M"]), dispatched, check_dispatch),
+    Case("kernel_arch_outside_the_recipe", RecipeError,
+         (f"{RECIPE}: kernels.dgrad.arch", "kernel 'dgrad' builds for sm_100a, which the "
+          "recipe does not target", "some of the recipe's: sm_90a"),
+         put("kernels.dgrad.arch", ["sm_100a"])),
+    Case("forward_narrower_than_the_recipe", CheckError,
+         (f"{RECIPE}: autograd.forward", "kernel 'forward' is not built for sm_100a",
+          "kernels.forward.arch"),
+         chain(put("arch", ["sm_90a", "sm_100a"]), put("kernels.forward.arch", ["sm_90a"]))),
+    Case("dispatched_kernel_narrower_than_the_recipe", CheckError,
+         (f"{RECIPE}: dispatch[0].kernel", "kernel 'small' is not built for sm_100a"),
+         lambda d: chain(put("arch", ["sm_90a", "sm_100a"]), put("kernels.small.arch", ["sm_90a"]),
+                         put("dispatch", [{"kernel": "small", "when": "M <= 64"},
+                                          {"kernel": "forward"}]))(with_small_forward(d)),
+         check=check_dispatch),
     Case("autograd_forward_not_dispatched", CheckError,
          (f"{RECIPE}: autograd.forward", "kernel 'forward' is not one dispatch: lists",
           "list the forward kernel under dispatch:"),

@@ -379,3 +379,27 @@ def test_a_forward_loaded_alone_and_in_its_set_share_one_formula(refused_first):
     w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
     alone(x, w).sum().backward()
     assert x.grad.shape == x.shape
+
+
+def test_gradients_built_for_another_arch_refuse_backward_naming_them():
+    """kernels.json of an arch its gradient kernels are not built for (kernels.<k>.arch)
+    lists them under elsewhere: the forward runs, and backpropagation through it is
+    refused, naming the kernel, the archs it is built for and this one."""
+    from pathlib import Path
+
+    from pipelink.runtime.kernelset import KernelSet
+    shapes = (["M", "K"], ["N", "K"], ["M", "N"])
+    ks = object.__new__(KernelSet)
+    ks._set_up(Path("attn"), {
+        "recipe": "blin", "arch": "sm_100a",
+        "kernels": {"forward": "forward"}, "elsewhere": {"dgrad": ["sm_90a"]},
+        "autograd": {"forward": "forward", "returns": ["y"], "grads": {
+            "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"], "output": "dx"}}}},
+        {"forward": Op.from_meta(_gemm_meta("belsewhere", "x", "w", "y", shapes), 132)})
+    x = torch.empty(64, 32, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(48, 32, dtype=torch.bfloat16, device="meta")
+    y = ks(x, w)
+    assert y.shape == (64, 48) and y.requires_grad
+    with pytest.raises(RuntimeLaunchError,
+                       match="kernel 'dgrad' is built for sm_90a only, not for sm_100a"):
+        y.sum().backward()
