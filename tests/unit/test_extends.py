@@ -82,3 +82,22 @@ def test_a_null_key_removes_what_the_base_set():
     bind = recipe.data["kernels"]["forward"]["launch"]["bind"]
     assert "sched.seq" not in bind
     assert bind["sched.batch"] == "N - 1" and bind["load.tma_q"] == "q"
+
+
+def test_a_component_written_over_a_per_arch_choice_replaces_it(tmp_path):
+    """A base that picks an instance's component per arch, extended by a recipe that
+    names one component: the extension's component on every arch (deep-merged, the
+    base's per_arch would otherwise win), its params merged as before."""
+    (tmp_path / "base.yaml").write_text(
+        "recipe: base\narch: [sm_90a, sm_100a]\ninstances:\n"
+        "  store: {per_arch: {sm_90a: a_store, sm_100a: b_store}, params: {tile_m: 128}}\n")
+    (tmp_path / "ext.yaml").write_text(
+        "recipe: ext\nextends: base\ninstances:\n"
+        "  store: {component: c_store, params: {buffers: 1}}\n")
+    recipe = load_recipe(tmp_path / "ext.yaml")
+    for arch in ("sm_90a", "sm_100a"):
+        store = recipe.instances(arch)["store"]
+        assert store.component == "c_store"
+        assert store.params == {"tile_m": 128, "buffers": 1}
+    assert load_recipe(tmp_path / "base.yaml").instances("sm_100a")["store"].component == \
+        "b_store"

@@ -1,7 +1,7 @@
 // Blackwell (sm_100a) fifth-generation tensor core: tcgen05.mma on shared-memory
-// operands with the accumulator in Tensor Memory (TMEM), the commit that turns MMA
-// completion into an mbarrier arrival, the thread-sync fences, and tcgen05.ld of an
-// accumulator row back into registers.
+// operands (A also from Tensor Memory) with the accumulator in Tensor Memory (TMEM), the
+// commit that turns MMA completion into an mbarrier arrival, the thread-sync fences, and
+// tcgen05.ld / tcgen05.st of a row between Tensor Memory and registers.
 //
 // The instructions exist on sm_100a only: a component that calls these lists just
 // sm_100a in its arch (pipelink.cuh includes this header everywhere; uncalled, it
@@ -113,6 +113,18 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) 
   return desc + bytes / kDescUnit;
 }
 
+// Operand tiles of an attention head (pl::attn::load_head_tile): `rows` rows by head_dim
+// columns stored as 64-column boxes side by side, each `rows` x 128 bytes, 128-byte
+// swizzled. Read K-major (K = head_dim), the descriptor of K step `s`: step s lies in box
+// s / 4, 32 bytes further along the swizzled rows per step inside it.
+__device__ __forceinline__ uint64_t desc_boxed_kmajor(uint32_t offset, uint32_t rows,
+                                                      uint32_t s) {
+  constexpr uint32_t kStepBytes = kK * 2;                        // 16-bit elements
+  constexpr uint32_t kStepsPerBox = kSwizzleBytes / kStepBytes;
+  const uint32_t box = offset + (s / kStepsPerBox) * rows * kSwizzleBytes;
+  return desc_advance(desc_sw128_kmajor(box), (s % kStepsPerBox) * kStepBytes);
+}
+
 // -- Instruction descriptor (PTX ISA, "Instruction descriptor", .kind::f16) ----------------
 //
 //   bits  0-1 sparsity selector, 2 sparse, 3 saturate     (0: dense, no saturation)
@@ -164,6 +176,17 @@ __device__ __forceinline__ void mma_ss(uint32_t d_tmem, uint64_t a, uint64_t b, 
       "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
       " tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, p;\n}\n"
       :: "r"(d_tmem), "l"(a), "l"(b), "r"(idesc), "r"(accumulate) : "memory");
+}
+
+// D (TMEM) = A * B^T (+ D), A from Tensor Memory at `a_tmem` (row r in lane r, K along
+// the columns, two 16-bit elements per 32-bit column, the lower K in the low half), B
+// from shared memory through its descriptor. A must be K-major: idesc's transpose-A is 0.
+__device__ __forceinline__ void mma_ts(uint32_t d_tmem, uint32_t a_tmem, uint64_t b,
+                                       uint32_t idesc, uint32_t accumulate) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
+      " tcgen05.mma.cta_group::1.kind::f16 [%0], [%1], %2, %3, p;\n}\n"
+      :: "r"(d_tmem), "r"(a_tmem), "l"(b), "r"(idesc), "r"(accumulate) : "memory");
 }
 
 // The CTA-pair MMA (cta_group::2, issued by the pair's leader only): D rows [0, M/2)
@@ -256,11 +279,38 @@ __device__ __forceinline__ void load_row_x64(uint32_t taddr, float (&d)[64]) {
       : "r"(taddr) : "memory");
 }
 
+#define PL_TCGEN05_S8(v, i)                                                                 \
+  "r"(v[i + 0]), "r"(v[i + 1]), "r"(v[i + 2]), "r"(v[i + 3]), "r"(v[i + 4]), "r"(v[i + 5]),  \
+      "r"(v[i + 6]), "r"(v[i + 7])
+
+// -- registers -> TMEM ------------------------------------------------------------------
+
+// tcgen05.st.32x32b.x32, the mirror of load_row_x64 at half the width: thread t of a warp
+// writes v[i] to column (taddr's column) + i of lane (taddr's lane) + t. Asynchronous:
+// wait_store() before anything else may read those columns.
+__device__ __forceinline__ void store_row_x32(uint32_t taddr, const uint32_t (&v)[32]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x32.b32 [%0], {"
+      "%1, %2, %3, %4, %5, %6, %7, %8,"
+      "%9, %10, %11, %12, %13, %14, %15, %16,"
+      "%17, %18, %19, %20, %21, %22, %23, %24,"
+      "%25, %26, %27, %28, %29, %30, %31, %32"
+      "};"
+      :: "r"(taddr), PL_TCGEN05_S8(v, 0), PL_TCGEN05_S8(v, 8), PL_TCGEN05_S8(v, 16),
+         PL_TCGEN05_S8(v, 24) : "memory");
+}
+
+// Waits until this thread's tcgen05.st have written Tensor Memory.
+__device__ __forceinline__ void wait_store() {
+  asm volatile("tcgen05.wait::st.sync.aligned;" ::: "memory");
+}
+
 // The first lane warp `warp` of a warpgroup-aligned role reaches (its sub-partition).
 __device__ __forceinline__ uint32_t subpartition_lanes(uint32_t base, uint32_t warp) {
   return tmem_addr(base, (warp % kSubpartitions) * kSubpartitionLanes, 0);
 }
 
 #undef PL_TCGEN05_D8
+#undef PL_TCGEN05_S8
 
 }  // namespace pl::tcgen05

@@ -10,6 +10,7 @@ namespace pl {
 constexpr uint32_t kWarpThreads = 32;
 constexpr uint32_t kWarpgroupWarps = 4;
 constexpr uint32_t kWarpgroupThreads = kWarpThreads * kWarpgroupWarps;
+constexpr uint32_t kFullWarpMask = 0xffffffffu;     // every lane, for warp votes
 
 __device__ __forceinline__ uint32_t lane() { return threadIdx.x % kWarpThreads; }
 

@@ -1,0 +1,152 @@
+"""The attention forward on Blackwell (sm_100a) with real nvcc and nvJitLink, no GPU
+needed: the attention recipes pick attn_fwd_umma_core (an MMA warp and a softmax
+warpgroup meeting in Tensor Memory) and attn_row_store_epilogue for sm_100a and keep
+the wgmma core for sm_90a; their backward kernels build for sm_90a only. Linked, the
+kernel issues S = Q K^T from shared memory and P V with P read from Tensor Memory, moves
+S, P and O between Tensor Memory and registers, stays out of local memory, is the
+monolithic build's instruction for instruction, and the core's object is one file for
+every mask and score modifier."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelink.build import build_objects, default_index
+from pipelink.recipe import load_recipe
+
+from .sass import sass, sass_instructions
+
+ROOT = Path(__file__).resolve().parents[2]
+ARCH = "sm_100a"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+# Recipes whose forward builds for both archs (attn_document's store takes the wgmma
+# fragment layout: sm_90a only).
+FORWARD_BOTH = ("attn_causal", "attn_dense", "attn_sliding", "attn_softcap", "attn_alibi",
+                "attn_block_sparse", "attn_paged", "attn_causal_d64")
+TILE_N = 128                    # the recipes' key tile
+MMA_K = 16                      # one tcgen05.mma: K = 16 (bf16)
+HEAD_DIMS = {"attn_causal": 128, "attn_causal_d64": 64}
+
+
+def _idesc(n: int, mn_major_b: bool) -> int:
+    """PTX ISA, tcgen05 "Instruction descriptor" (.kind::f16): D f32, A and B bf16, M =
+    128, A K-major, B K-major or MN-major (bit 16), N >> 3 at bit 17, M >> 4 at bit 24."""
+    return (1 << 4) | (1 << 7) | (1 << 10) | (int(mn_major_b) << 16) | ((n >> 3) << 17) \
+        | ((128 >> 4) << 24)
+
+
+# -- recipes (no compiler) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FORWARD_BOTH)
+def test_forward_picks_the_tcgen05_core_on_sm100(name):
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
+    assert recipe.archs == ("sm_90a", "sm_100a")
+    forward = recipe.select(["forward"])["forward"]
+    hopper, blackwell = forward.instances("sm_90a"), forward.instances(ARCH)
+    assert (hopper["core"].component, blackwell["core"].component) == ("attn_fwd_core",
+                                                                       "attn_fwd_umma_core")
+    assert (hopper["store"].component, blackwell["store"].component) == (
+        "attn_store_epilogue", "attn_row_store_epilogue")
+    assert hopper["core"].params == blackwell["core"].params
+    # Everything but the core and its store is the same component on both archs.
+    assert {n: i.component for n, i in hopper.items() if n not in ("core", "store")} == \
+        {n: i.component for n, i in blackwell.items() if n not in ("core", "store")}
+
+
+def test_backward_builds_for_hopper_only():
+    recipe = load_recipe(ROOT / "recipes" / "attn_causal.yaml")
+    assert recipe.kernels()["backward"].archs == ("sm_90a",)
+    assert list(recipe.select(None, ARCH)) == ["forward"]
+    assert recipe.elsewhere(ARCH) == {"backward": ("sm_90a",)}
+    assert list(recipe.select(None, "sm_90a")) == ["forward", "backward"]
+
+
+def test_documents_stay_on_hopper():
+    """A recipe that extends attn_causal and names one component for its store (not a
+    per_arch choice) gets that component on every arch, so it narrows its archs."""
+    recipe = load_recipe(ROOT / "recipes" / "attn_document.yaml")
+    assert recipe.archs == ("sm_90a",)
+    forward = recipe.select(["forward"])["forward"].instances("sm_90a")
+    assert forward["store"].component == "grouped_store_epilogue"
+    assert forward["core"].component == "attn_fwd_core"
+
+
+# -- built, linked, disassembled -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def linked(link_repo_kernel) -> dict[tuple[str, str], object]:  # noqa: ANN001
+    """(recipe, mode) -> the forward's LinkResult for sm_100a."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    return {(name, mode): link_repo_kernel(name, ARCH, mode, "forward")
+            for name in HEAD_DIMS for mode in ("linked", "mono")}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", sorted(HEAD_DIMS))
+def test_tensor_memory_holds_s_p_and_o(linked, name):
+    """Two S buffers (fp32), two P buffers (bf16 pairs) and O, allocated by the MMA warp;
+    the softmax warpgroup and the store share warps through O's register hand-off."""
+    result = linked[(name, "linked")]
+    head_dim = HEAD_DIMS[name]
+    tmem = result.placement.tmem
+    assert {k: v[1] for k, v in tmem.items()} == {"core.s": 2 * TILE_N, "core.p": TILE_N,
+                                                  "core.o": head_dim}
+    spans = sorted((col, col + n) for col, n in tmem.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    lanes = {lane.name for lane in result.kernel.lanes}
+    assert {"core.mma", "core.softmax+store.store"} <= lanes
+    transfers = {(t.kind, str(t.src), str(t.dst)) for t in result.kernel.transfers}
+    assert ("registers", "core.o", "store.acc") in transfers
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", sorted(HEAD_DIMS))
+def test_sass_runs_both_gemms_on_tcgen05(linked, name):
+    result = linked[(name, "linked")]
+    head_dim = HEAD_DIMS[name]
+    ops = sass_instructions(result.cubin)
+    assert not [op for op in ops if "GMMA" in op or op.startswith("WARPGROUP")]
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
+    text = sass(result.cubin)
+    # S = Q K^T: A and B from shared memory (descriptors), head_dim / 16 MMAs. P V: A (P)
+    # from Tensor Memory, B (V) from shared memory; issued from two places (inside the
+    # key loop, and the record's last), tile_n / 16 MMAs each.
+    from_smem = re.findall(r"UTCHMMA gdesc\[UR\d+\], gdesc\[", text)
+    from_tmem = re.findall(r"UTCHMMA tmem\[UR\d+\], gdesc\[", text)
+    assert len(from_smem) == head_dim // MMA_K
+    assert len(from_tmem) == 2 * (TILE_N // MMA_K)
+    for n, mn_major in ((TILE_N, False), (head_dim, True)):
+        idesc = _idesc(n, mn_major)
+        assert re.search(rf"\bUMOV UR\d+, {idesc:#x} ;", text), f"idesc {idesc:#x} not found"
+    # S read back 64 columns at a time, P written 32 at a time; O read (rescale, finish)
+    # and written (rescale).
+    loads = [op for op in ops if op.startswith("LDTM")]
+    stores = [op for op in ops if op.startswith("STTM")]
+    assert set(loads) == {"LDTM.x64"} and set(stores) == {"STTM.x32"}
+    assert len(loads) == TILE_N // 64 + 2 * (head_dim // 64)
+    assert len(stores) == TILE_N // 64 + 2 * (head_dim // 64)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", sorted(HEAD_DIMS))
+def test_linked_and_monolithic_sass_are_identical(linked, name):
+    assert sass_instructions(linked[(name, "linked")].cubin) == \
+        sass_instructions(linked[(name, "mono")].cubin)
+
+
+@needs_nvcc
+def test_the_core_object_is_shared_by_every_mask(object_dir):
+    """The mask, score modifier and block layout are linked in: the core compiles once
+    for every recipe of one head dim."""
+    index = default_index(ROOT)
+    cores = {name: build_objects(load_recipe(ROOT / "recipes" / f"{name}.yaml")
+                                 .select(["forward"])["forward"], ARCH, index,
+                                 object_dir)["core"]
+             for name in ("attn_causal", "attn_softcap", "attn_block_sparse", "attn_paged")}
+    assert len(set(cores.values())) == 1, cores
