@@ -1,7 +1,8 @@
 """The attention forward on Blackwell (sm_100a) with real nvcc and nvJitLink, no GPU
 needed: the attention recipes pick attn_fwd_umma_core (an MMA warp and a softmax
 warpgroup meeting in Tensor Memory) and attn_row_store_epilogue for sm_100a and keep
-the wgmma core for sm_90a; their backward kernels build for sm_90a only. Linked, the
+the wgmma core for sm_90a (attn_document's bounded store: grouped_row_store_epilogue);
+their backward kernels build for sm_90a only. Linked, the
 kernel issues S = Q K^T from shared memory and P V with P read from Tensor Memory, moves
 S, P and O between Tensor Memory and registers, stays out of local memory, is the
 monolithic build's instruction for instruction, and the core's object is one file for
@@ -24,13 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 ARCH = "sm_100a"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
-# Recipes whose forward builds for both archs (attn_document's store takes the wgmma
-# fragment layout: sm_90a only).
-FORWARD_BOTH = ("attn_causal", "attn_dense", "attn_sliding", "attn_softcap", "attn_alibi",
-                "attn_block_sparse", "attn_paged", "attn_causal_d64")
+# recipe -> its forward's store on sm_90a and on sm_100a
+STORES = {name: ("attn_store_epilogue", "attn_row_store_epilogue")
+          for name in ("attn_causal", "attn_dense", "attn_sliding", "attn_softcap",
+                       "attn_alibi", "attn_block_sparse", "attn_paged", "attn_causal_d64")}
+STORES["attn_document"] = ("grouped_store_epilogue", "grouped_row_store_epilogue")
 TILE_N = 128                    # the recipes' key tile
 MMA_K = 16                      # one tcgen05.mma: K = 16 (bf16)
-HEAD_DIMS = {"attn_causal": 128, "attn_causal_d64": 64}
+HEAD_DIMS = {"attn_causal": 128, "attn_causal_d64": 64, "attn_document": 128}
 
 
 def _idesc(n: int, mn_major_b: bool) -> int:
@@ -42,7 +44,7 @@ def _idesc(n: int, mn_major_b: bool) -> int:
 
 # -- recipes (no compiler) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("name", FORWARD_BOTH)
+@pytest.mark.parametrize("name", sorted(STORES))
 def test_forward_picks_the_tcgen05_core_on_sm100(name):
     recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
     assert recipe.archs == ("sm_90a", "sm_100a")
@@ -50,8 +52,7 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
     hopper, blackwell = forward.instances("sm_90a"), forward.instances(ARCH)
     assert (hopper["core"].component, blackwell["core"].component) == ("attn_fwd_core",
                                                                        "attn_fwd_umma_core")
-    assert (hopper["store"].component, blackwell["store"].component) == (
-        "attn_store_epilogue", "attn_row_store_epilogue")
+    assert (hopper["store"].component, blackwell["store"].component) == STORES[name]
     assert hopper["core"].params == blackwell["core"].params
     # Everything but the core and its store is the same component on both archs.
     assert {n: i.component for n, i in hopper.items() if n not in ("core", "store")} == \
@@ -66,14 +67,15 @@ def test_backward_builds_for_hopper_only():
     assert list(recipe.select(None, "sm_90a")) == ["forward", "backward"]
 
 
-def test_documents_stay_on_hopper():
-    """A recipe that extends attn_causal and names one component for its store (not a
-    per_arch choice) gets that component on every arch, so it narrows its archs."""
+def test_documents_store_within_each_document_on_both_archs():
+    """attn_document's own per_arch choice of store replaces attn_causal's whole; its
+    backward (sm_90a) keeps the wgmma-layout bounded store for dK and dV."""
     recipe = load_recipe(ROOT / "recipes" / "attn_document.yaml")
-    assert recipe.archs == ("sm_90a",)
-    forward = recipe.select(["forward"])["forward"].instances("sm_90a")
-    assert forward["store"].component == "grouped_store_epilogue"
-    assert forward["core"].component == "attn_fwd_core"
+    assert recipe.archs == ("sm_90a", "sm_100a")
+    backward = recipe.select(["backward"])["backward"]
+    assert backward.archs == ("sm_90a",)
+    stores = {i.component for n, i in backward.instances("sm_90a").items() if "store" in n}
+    assert stores == {"grouped_store_epilogue"}
 
 
 # -- built, linked, disassembled -----------------------------------------------------------
@@ -148,5 +150,6 @@ def test_the_core_object_is_shared_by_every_mask(object_dir):
     cores = {name: build_objects(load_recipe(ROOT / "recipes" / f"{name}.yaml")
                                  .select(["forward"])["forward"], ARCH, index,
                                  object_dir)["core"]
-             for name in ("attn_causal", "attn_softcap", "attn_block_sparse", "attn_paged")}
+             for name in ("attn_causal", "attn_softcap", "attn_block_sparse", "attn_paged",
+                          "attn_document")}
     assert len(set(cores.values())) == 1, cores

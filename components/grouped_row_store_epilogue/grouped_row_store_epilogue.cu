@@ -1,0 +1,47 @@
+// grouped_row_store_epilogue: one fp32 row per thread -> bf16 -> swizzled shared-memory
+// staging -> bounded 16-byte global stores. Runs in the warps that hold the rows (a
+// register hand-off); every thread stages its row's chunk and copies its share out.
+#include <type_traits>
+
+#include "pl_grouped_row_store_epilogue.h"
+
+using Params = pl_params_grouped_row_store_epilogue;
+using Element = Params::dtype;
+
+constexpr uint32_t kTileM = Params::tile_m;
+constexpr uint32_t kTileN = Params::tile_n;
+constexpr uint32_t kStoreN = Params::store_n;               // columns per staged chunk
+constexpr uint32_t kBuffers = Params::buffers;
+constexpr uint32_t kThreads = kTileM;                       // one row each
+constexpr uint32_t kChunks = kTileN / kStoreN;
+constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);
+static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
+static_assert(kTileN % kStoreN == 0, "store_n columns at a time tile the row: divide tile_n");
+static_assert(kBuffers >= 2, "one barrier per chunk orders staging against copying only "
+                             "with two or more rotating buffers: make buffers >= 2");
+using Copy = pl::epi::BoundedCopy<kTileM, kStoreN, kThreads>;
+
+// Epilogue's perspective, per tile: stage a chunk, wait for the whole role, copy it out
+// within the bounds. As in grouped_store_epilogue, rotating buffers make one barrier
+// per chunk enough: a thread stages chunk c only after passing chunk c-1's barrier,
+// which every thread reached after copying chunk c-2, the last user of this buffer.
+extern "C" __device__ void pl_grouped_row_store_epilogue_store(
+    const pl_place_grouped_row_store_epilogue& at,
+    const pl_args_grouped_row_store_epilogue& args, const pl::KernelInfo&,
+    const pl::WorkTile& tile, pl_state_grouped_row_store_epilogue_store&,
+    float (&acc)[kTileN]) {
+  const uint32_t row = pl::thread_in_role(at.role.store);
+  const int32_t row0 = tile.first_row(kTileM);
+  const int32_t row_end = min(tile.m_end, int32_t(args.rows));   // this problem's rows
+  const int32_t col0 = tile.n_block * int32_t(kTileN);
+  const Copy copy{args.c, int32_t(args.cols), row_end,
+                  args.cols % Copy::kPieceElems == 0};          // 16-byte aligned rows
+#pragma unroll
+  for (uint32_t c = 0; c < kChunks; ++c) {
+    const uint32_t buffer = at.smem.staging + (c % kBuffers) * kStagingBytes;
+    pl::epi::stage_row_bf16<kStoreN>(buffer, row,
+                                     *reinterpret_cast<const float (*)[kStoreN]>(acc + c * kStoreN));
+    pl::named_sync(at.bar.staged, kThreads);
+    copy.run(buffer, row, row0, col0 + int32_t(c * kStoreN));
+  }
+}
