@@ -149,13 +149,15 @@ __device__ __forceinline__ float logit_unit(const pl::KernelInfo& k) {
   return pl_attn_fwd_umma_core_score_identity(k) ? kScale : 1.0f;
 }
 
-// `columns` floats of this thread's row from Tensor Memory at `taddr`, into v.
+// `kColumns` floats of this thread's row from Tensor Memory at `taddr`, into v: every
+// 64-column load in flight, then one wait.
 template <uint32_t kColumns>
 __device__ __forceinline__ void load_row(uint32_t taddr, float (&v)[kColumns]) {
 #pragma unroll
   for (uint32_t c = 0; c < kColumns; c += kRowChunk) {
-    pl::tcgen05::load_row_x64(taddr + c, *reinterpret_cast<float (*)[kRowChunk]>(v + c));
+    pl::tcgen05::start_load_row_x64(taddr + c, *reinterpret_cast<float (*)[kRowChunk]>(v + c));
   }
+  pl::tcgen05::wait_loaded(v);
 }
 
 // Applies the score modifier (to the scaled S) and masks, as attn_fwd_core does: per

@@ -252,6 +252,19 @@ __device__ __forceinline__ void wait_token(uint32_t mbar_offset, uint64_t token)
 
 // -- TMEM -> registers ------------------------------------------------------------------
 
+// tcgen05.ld.32x32b.x64 into operands %0..%63 from the address in %64.
+#define PL_TCGEN05_LD_X64                                                                   \
+  "tcgen05.ld.sync.aligned.32x32b.x64.b32 {"                                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7,"                                                         \
+  "%8, %9, %10, %11, %12, %13, %14, %15,"                                                   \
+  "%16, %17, %18, %19, %20, %21, %22, %23,"                                                 \
+  "%24, %25, %26, %27, %28, %29, %30, %31,"                                                 \
+  "%32, %33, %34, %35, %36, %37, %38, %39,"                                                 \
+  "%40, %41, %42, %43, %44, %45, %46, %47,"                                                 \
+  "%48, %49, %50, %51, %52, %53, %54, %55,"                                                 \
+  "%56, %57, %58, %59, %60, %61, %62, %63"                                                  \
+  "}, [%64];\n"
+
 #define PL_TCGEN05_D8(d, i)                                                                 \
   "=f"(d[i + 0]), "=f"(d[i + 1]), "=f"(d[i + 2]), "=f"(d[i + 3]), "=f"(d[i + 4]),           \
       "=f"(d[i + 5]), "=f"(d[i + 6]), "=f"(d[i + 7])
@@ -263,27 +276,44 @@ __device__ __forceinline__ void wait_token(uint32_t mbar_offset, uint64_t token)
 // waits in one statement, like load_fragment.
 __device__ __forceinline__ void load_row_x64(uint32_t taddr, float (&d)[64]) {
   asm volatile(
-      "tcgen05.ld.sync.aligned.32x32b.x64.b32 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7,"
-      "%8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23,"
-      "%24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39,"
-      "%40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55,"
-      "%56, %57, %58, %59, %60, %61, %62, %63"
-      "}, [%64];\n"
+      PL_TCGEN05_LD_X64
       "tcgen05.wait::ld.sync.aligned;\n"
       : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24),
         PL_TCGEN05_D8(d, 32), PL_TCGEN05_D8(d, 40), PL_TCGEN05_D8(d, 48), PL_TCGEN05_D8(d, 56)
       : "r"(taddr) : "memory");
 }
 
+// The load of load_row_x64 alone, so that several are in flight before one wait
+// (wait_loaded, below, before any use of d).
+__device__ __forceinline__ void start_load_row_x64(uint32_t taddr, float (&d)[64]) {
+  asm volatile(
+      PL_TCGEN05_LD_X64
+      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24),
+        PL_TCGEN05_D8(d, 32), PL_TCGEN05_D8(d, 40), PL_TCGEN05_D8(d, 48), PL_TCGEN05_D8(d, 56)
+      : "r"(taddr) : "memory");
+}
+
+// After loads that do not wait (start_load_row_x64, or CuTe's SM100_TMEM_LOAD atoms,
+// which issue the bare tcgen05.ld): tcgen05.wait::ld, then every loaded register passed
+// through an empty statement that claims to rewrite it. Volatile statements keep their
+// order, so no use of v can be scheduled before the wait (a plain wait orders memory,
+// not registers).
+template <uint32_t N>
+__device__ __forceinline__ void wait_loaded(float (&v)[N]) {
+  static_assert(N % 8 == 0, "wait for whole groups of 8 registers");
+  asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (uint32_t i = 0; i < N; i += 8) {
+    asm volatile("" : "+f"(v[i + 0]), "+f"(v[i + 1]), "+f"(v[i + 2]), "+f"(v[i + 3]),
+                      "+f"(v[i + 4]), "+f"(v[i + 5]), "+f"(v[i + 6]), "+f"(v[i + 7]));
+  }
+}
+
+// -- registers -> TMEM ------------------------------------------------------------------
+
 #define PL_TCGEN05_S8(v, i)                                                                 \
   "r"(v[i + 0]), "r"(v[i + 1]), "r"(v[i + 2]), "r"(v[i + 3]), "r"(v[i + 4]), "r"(v[i + 5]),  \
       "r"(v[i + 6]), "r"(v[i + 7])
-
-// -- registers -> TMEM ------------------------------------------------------------------
 
 // tcgen05.st.32x32b.x32, the mirror of load_row_x64 at half the width: thread t of a warp
 // writes v[i] to column (taddr's column) + i of lane (taddr's lane) + t. Asynchronous:
@@ -310,6 +340,7 @@ __device__ __forceinline__ uint32_t subpartition_lanes(uint32_t base, uint32_t w
   return tmem_addr(base, (warp % kSubpartitions) * kSubpartitionLanes, 0);
 }
 
+#undef PL_TCGEN05_LD_X64
 #undef PL_TCGEN05_D8
 #undef PL_TCGEN05_S8
 

@@ -47,19 +47,8 @@ struct TmemRows {
 };
 
 // For a READER whose loads do not wait (CuTe's SM100_TMEM_LOAD atoms issue the bare
-// tcgen05.ld): tcgen05.wait::ld, then every loaded register passed through an empty
-// statement that claims to rewrite it. Volatile statements keep their order, so no use
-// of v can be scheduled before the wait (a plain wait orders memory, not registers).
-template <uint32_t N>
-__device__ __forceinline__ void wait_loaded(float (&v)[N]) {
-  static_assert(N % 8 == 0, "wait for whole groups of 8 registers");
-  asm volatile("tcgen05.wait::ld.sync.aligned;" ::: "memory");
-#pragma unroll
-  for (uint32_t i = 0; i < N; i += 8) {
-    asm volatile("" : "+f"(v[i + 0]), "+f"(v[i + 1]), "+f"(v[i + 2]), "+f"(v[i + 3]),
-                      "+f"(v[i + 4]), "+f"(v[i + 5]), "+f"(v[i + 6]), "+f"(v[i + 7]));
-  }
-}
+// tcgen05.ld): tcgen05::wait_loaded.
+using tcgen05::wait_loaded;
 
 // CTA_GROUP 2: the buffers are a CTA pair's (a cta_group::2 MMA); the pair's leader
 // reuses one once the readers of both CTAs have released it on the leader's barrier.
