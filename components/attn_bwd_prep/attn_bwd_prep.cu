@@ -47,8 +47,8 @@ extern "C" __device__ void pl_attn_bwd_prep_elementwise(const pl_place_attn_bwd_
     const uint32_t pair = uint32_t(i / kVectors);      // row * heads + head (32-bit division)
     const uint32_t row = pair / args.heads, head = pair % args.heads;
     const uint32_t start = row / args.seq * args.seq;  // the sequence's first row
-    const float lse = args.lse[size_t(start) * args.lse_rows + size_t(head) * args.lse_heads +
-                               (row - start)];
+    const float lse = args.lse[pl::attn::lse_index(start, head, args.lse_rows, args.lse_heads,
+                                                   row - start)];
     args.stats[pl::attn::stats_index(head, pl::attn::kLseRow, args.rows, int32_t(row))] =
         lse == -kInf ? kInf : lse * pl::attn::kLog2e;
     args.stats[pl::attn::stats_index(head, pl::attn::kDeltaRow, args.rows, int32_t(row))] = sum;

@@ -181,8 +181,8 @@ struct Turns {
   }
 };
 
-// O / sum, and the row's log-sum-exp to lse[m_offset * lse_rows + head * lse_heads + q]
-// (rows past the sequence are not written).
+// O / sum, and the row's log-sum-exp to lse (pl::attn::lse_index; rows past the sequence
+// are not written).
 __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
                                             const pl_args_attn_fwd_core& args,
                                             const pl::WorkTile& tile, Fragment f,
@@ -196,8 +196,8 @@ __device__ __forceinline__ void finish_rows(float (&o)[kOutputs], Softmax& sm,
     const int32_t q = q_first + f.row(r);
     if (writer && q < kv_len) {
       const float lse = sum > 0.0f ? sm.max[r] * unit + __logf(sum) : kNegInf;
-      args.lse[size_t(tile.m_offset) * args.lse_rows + size_t(tile.n_block) * args.lse_heads +
-               uint32_t(q)] = lse;
+      args.lse[pl::attn::lse_index(size_t(tile.m_offset), size_t(tile.n_block), args.lse_rows,
+                                   args.lse_heads, uint32_t(q))] = lse;
     }
   }
 #pragma unroll

@@ -238,8 +238,8 @@ __device__ __forceinline__ void rescale_output(uint32_t taddr, float factor) {
   }
 }
 
-// O / sum into o, and the row's log-sum-exp to lse[m_offset * lse_rows + head *
-// lse_heads + q] (rows past the sequence are not written).
+// O / sum into o, and the row's log-sum-exp to lse (pl::attn::lse_index; rows past the
+// sequence are not written).
 __device__ __forceinline__ void finish_row(float (&o)[kHeadDim], const RowSoftmax& sm,
                                            const pl_args_attn_fwd_umma_core& args,
                                            const pl::WorkTile& tile, int32_t q, int32_t kv_len,
@@ -248,8 +248,9 @@ __device__ __forceinline__ void finish_row(float (&o)[kHeadDim], const RowSoftma
 #pragma unroll
   for (uint32_t i = 0; i < kHeadDim; ++i) o[i] *= inverse;
   if (q < kv_len) {
-    args.lse[size_t(tile.m_offset) * args.lse_rows + size_t(tile.n_block) * args.lse_heads +
-             uint32_t(q)] = sm.sum > 0.0f ? sm.max * unit + __logf(sm.sum) : kNegInf;
+    args.lse[pl::attn::lse_index(size_t(tile.m_offset), size_t(tile.n_block), args.lse_rows,
+                                 args.lse_heads, uint32_t(q))] =
+        sm.sum > 0.0f ? sm.max * unit + __logf(sm.sum) : kNegInf;
   }
 }
 

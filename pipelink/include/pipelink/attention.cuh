@@ -92,6 +92,15 @@ __device__ __forceinline__ Span query_steps(Span q_tiles, uint32_t group) {
 }
 
 // The per-query statistics of an attention backward, as its prep phase writes them:
+// Where the forward keeps a query's log-sum-exp: element first_row * lse_rows + head *
+// lse_heads + q for query q of the sequence that starts at row first_row of Q: [B, H, S]
+// with lse_rows = H, lse_heads = S; [H, rows] (documents) with lse_rows = 1, lse_heads =
+// rows. (The callers widen first_row and head as their types ask.)
+__device__ __forceinline__ size_t lse_index(size_t first_row, size_t head, uint32_t lse_rows,
+                                            uint32_t lse_heads, uint32_t q) {
+  return first_row * lse_rows + head * lse_heads + q;
+}
+
 // [heads, kStatsRows, rows] fp32, row kLseRow the forward's log-sum-exp in base 2
 // (log2(e) LSE; +inf where the query saw no key, so its P is 0) and row kDeltaRow
 // delta = rowsum(dO o O), both indexed by the query's row of Q (sequences or documents
