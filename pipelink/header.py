@@ -116,21 +116,26 @@ def schedules(bound: BoundContract, role: str) -> bool:
                for p in bound.contract.ports.values())
 
 
+def leading_parameters(place: str, args: str, names: bool = True) -> str:
+    """What every role entry and every provided function takes first: the component's
+    placement, its arguments and the kernel's info (types alone with names=False)."""
+    parts = ((f"const {place}&", "at"), (f"const {args}&", "args"), ("const pl::KernelInfo&", "k"))
+    return ", ".join(f"{ctype} {name}" if names else ctype for ctype, name in parts)
+
+
 def entry_signature(bound: BoundContract, role: str) -> str:
     """Parameter list of a role's per-tile entry (a scheduler role's: per record)."""
     t = type_names(bound)
+    first = leading_parameters(t["place"], t["args"])
     if schedules(bound, role):
-        return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
-                f"uint32_t iteration, {t[f'state.{role}']}& st")
+        return f"{first}, uint32_t iteration, {t[f'state.{role}']}& st"
     regs = "".join(f", {ct} (&{n})[{k}]" for ct, n, k in register_ports(bound, role))
-    return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
-            f"const pl::WorkTile& tile, {t[f'state.{role}']}& st{regs}")
+    return f"{first}, const pl::WorkTile& tile, {t[f'state.{role}']}& st{regs}"
 
 
 def hook_signature(bound: BoundContract, role: str) -> str:
     t = type_names(bound)
-    return (f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k, "
-            f"{t[f'state.{role}']}& st")
+    return f"{leading_parameters(t['place'], t['args'])}, {t[f'state.{role}']}& st"
 
 
 def generate(bound: BoundContract) -> str:
@@ -191,7 +196,7 @@ def generate(bound: BoundContract) -> str:
             port, fn = key.split(".")
             f = function_of(c, port, fn)
             first = ("const pl::KernelInfo& k" if direction == "in" else
-                     f"const {t['place']}& at, const {t['args']}& args, const pl::KernelInfo& k")
+                     leading_parameters(t["place"], t["args"]))
             what = ("calls; the glue forwards it to the connected provider" if direction == "in"
                     else "provides")
             out += [f"// Function '{fn}' of interface '{c.ports[port].spec['interface']}' that "

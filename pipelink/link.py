@@ -168,8 +168,8 @@ def unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
             port, fn = key.split(".")
             interface = provider.contract.ports[port].spec["interface"]
             f = header.function_of(provider.contract, port, fn)
-            first = (f"const pl_place_{provider.name}&, const pl_args_{provider.name}&, "
-                     "const pl::KernelInfo&")
+            first = header.leading_parameters(f"pl_place_{provider.name}",
+                                              f"pl_args_{provider.name}", names=False)
             return LinkError(
                 f"component '{provider.name}' (instance '{inst}') does not define function "
                 f"'{fn}' of interface '{interface}', which its port '{port}' provides",
