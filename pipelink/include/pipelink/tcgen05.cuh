@@ -179,8 +179,10 @@ __device__ __forceinline__ void mma_ss(uint32_t d_tmem, uint64_t a, uint64_t b, 
 }
 
 // D (TMEM) = A * B^T (+ D), A from Tensor Memory at `a_tmem` (row r in lane r, K along
-// the columns, two 16-bit elements per 32-bit column, the lower K in the low half), B
-// from shared memory through its descriptor. A must be K-major: idesc's transpose-A is 0.
+// the columns, two 16-bit elements per 32-bit column, the lower K in the low half: the
+// layout CuTe's tmem_frg gives a 16-bit A of an M = 128 MMA under its tmem_ptr's word
+// addressing), B from shared memory through its descriptor. A must be K-major: idesc's
+// transpose-A is 0.
 __device__ __forceinline__ void mma_ts(uint32_t d_tmem, uint32_t a_tmem, uint64_t b,
                                        uint32_t idesc, uint32_t accumulate) {
   asm volatile(
