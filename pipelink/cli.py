@@ -135,7 +135,11 @@ def cmd_check(a: argparse.Namespace) -> int:
     autograd = check_autograd(recipe)
     if autograd is not None:
         grads = ", ".join(f"d{x} by {g['kernel']}" for x, g in autograd["grads"].items())
-        print(f"{recipe.name} autograd: ok; forward {autograd['forward']}, {grads}")
+        elsewhere = recipe.elsewhere(a.arch)
+        unbuilt = sorted({g["kernel"] for g in autograd["grads"].values()} & set(elsewhere))
+        refused = "".join(f"; {n} is built for {', '.join(elsewhere[n])} only: backpropagation "
+                          f"is refused on {a.arch}" for n in unbuilt)
+        print(f"{recipe.name} autograd: ok; forward {autograd['forward']}, {grads}{refused}")
     dispatch = check_dispatch(recipe)
     if dispatch is not None:
         rules = "; ".join(f"{d['kernel']} when {' and '.join(d['when'])}" if "when" in d

@@ -236,6 +236,15 @@ def recipe_archs(recipe_path: Path | str) -> tuple[str, ...]:
     return load_recipe(recipe_path).archs
 
 
+def arch_summary(recipe_path: Path | str) -> str:
+    """The archs a recipe targets, and the kernels built for fewer of them:
+    'sm_90a, sm_100a (backward: sm_90a)'."""
+    recipe = load_recipe(recipe_path)
+    narrow = [f"{name}: {', '.join(k.archs)}" for name, k in recipe.kernels().items()
+              if k.archs != recipe.archs]
+    return ", ".join(recipe.archs) + (f" ({'; '.join(narrow)})" if narrow else "")
+
+
 # -- what outputs depend on besides their files --------------------------------------
 
 def _imports(path: Path) -> set[str]:

@@ -153,3 +153,21 @@ def test_the_core_object_is_shared_by_every_mask(object_dir):
              for name in ("attn_causal", "attn_softcap", "attn_block_sparse", "attn_paged",
                           "attn_document")}
     assert len(set(cores.values())) == 1, cores
+
+
+@needs_nvcc
+def test_check_says_where_backpropagation_is_refused(object_dir, capsys):
+    """`pipelink check` on sm_100a checks the forward only and says that the backward is
+    built for sm_90a; asking for the backward there is refused, naming its archs."""
+    from pipelink import cli
+    recipe = str(ROOT / "recipes" / "attn_causal.yaml")
+    assert cli.main(["check", recipe, "--arch", ARCH, "--build", str(object_dir)]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(" ")[0] for line in out.splitlines()] == ["attn_causal/forward",
+                                                                  "attn_causal"]
+    assert "backward is built for sm_90a only: backpropagation is refused on sm_100a" in out
+    assert cli.main(["check", recipe, "--arch", ARCH, "--build", str(object_dir),
+                     "--kernel", "backward"]) == 2
+    err = capsys.readouterr().err
+    assert "kernel 'backward' of recipe 'attn_causal' is not built for sm_100a" in err
+    assert "it builds for sm_90a" in err and "Traceback" not in err

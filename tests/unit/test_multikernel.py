@@ -16,6 +16,7 @@ from pipelink.check import check, check_autograd, check_dispatch
 from pipelink.errors import CheckError, PipeLinkError, RecipeError
 from pipelink.link import cubin_name, kernels_index
 from pipelink.recipe import MAIN, load_recipe
+from pipelink.sconsrun import arch_summary
 
 from ..conftest import ROOT, Tree, toy_recipe
 from .test_check_rules import launched
@@ -186,6 +187,10 @@ def test_a_kernel_may_build_for_some_of_the_archs(tree):
     assert blackwell["kernels"] == {"forward": "forward"}
     assert blackwell["elsewhere"] == {"dgrad": ["sm_90a"], "wgrad": ["sm_90a"]}
     assert "elsewhere" not in json.loads(kernels_index(recipe, "sm_90a"))
+    # scons -h lists the narrowed kernels beside the recipe's archs.
+    assert arch_summary(tree.recipe(two_archs())) == \
+        "sm_90a, sm_100a (dgrad: sm_90a; wgrad: sm_90a)"
+    assert arch_summary(tree.recipe(linear())) == "sm_90a"
 
 
 def test_a_multi_kernel_recipe_without_autograd_indexes_null(tree):
