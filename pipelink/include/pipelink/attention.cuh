@@ -91,7 +91,6 @@ __device__ __forceinline__ Span query_steps(Span q_tiles, uint32_t group) {
   return Span{q_tiles.begin, q_tiles.begin + (q_tiles.end - q_tiles.begin) * int32_t(group)};
 }
 
-// The per-query statistics of an attention backward, as its prep phase writes them:
 // Where the forward keeps a query's log-sum-exp: element first_row * lse_rows + head *
 // lse_heads + q for query q of the sequence that starts at row first_row of Q: [B, H, S]
 // with lse_rows = H, lse_heads = S; [H, rows] (documents) with lse_rows = 1, lse_heads =
@@ -101,6 +100,7 @@ __device__ __forceinline__ size_t lse_index(size_t first_row, size_t head, uint3
   return first_row * lse_rows + head * lse_heads + q;
 }
 
+// The per-query statistics of an attention backward, as its prep phase writes them:
 // [heads, kStatsRows, rows] fp32, row kLseRow the forward's log-sum-exp in base 2
 // (log2(e) LSE; +inf where the query saw no key, so its P is 0) and row kDeltaRow
 // delta = rowsum(dO o O), both indexed by the query's row of Q (sequences or documents
