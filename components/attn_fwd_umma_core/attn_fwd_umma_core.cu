@@ -53,15 +53,6 @@ static_assert(kTileN % kRowChunk == 0 && kTileN <= pl::tcgen05::kMaxN,
 static_assert(kHeadDim % kRowChunk == 0 && kHeadDim <= pl::tcgen05::kMaxN,
               "O is read 64 columns at a time and is one MMA wide: head_dim = 64, 128 or 256");
 
-// A ring between the two roles: its stage count, for PipeState::advance.
-struct Ring {
-  uint32_t stages;
-};
-
-__device__ __forceinline__ uint32_t barrier_of(uint32_t array, const pl::PipeState& s) {
-  return array + s.stage * pl::mbar::kBytes;
-}
-
 // ---- The MMA warp -----------------------------------------------------------------------
 
 // S_j = Q K_j^T into the next S buffer; hands the K stage back and reports S once read.
@@ -80,11 +71,11 @@ __device__ __forceinline__ void issue_scores(const pl_place_attn_fwd_umma_core& 
                           step > 0);
     }
     pl::tcgen05::commit(pl::empty_barrier(at.port.k, st.k));
-    pl::tcgen05::commit(barrier_of(at.mbar.s_full, st.s));
+    pl::tcgen05::commit(pl::own_barrier(at.mbar.s_full, st.s));
   }
   __syncwarp();
   st.k.advance(at.port.k);
-  st.s.advance(Ring{kScoreBuffers});
+  st.s.advance(pl::OwnRing{kScoreBuffers});
 }
 
 // O (+)= P V once the softmax has written P (and rescaled O); hands the V stage back and
@@ -93,7 +84,7 @@ __device__ __forceinline__ void issue_output(const pl_place_attn_fwd_umma_core& 
                                              const pl::KernelInfo& k, bool accumulate,
                                              pl_state_attn_fwd_umma_core_mma& st) {
   pl::consumer_wait(at.port.v, st.v);
-  pl::mbar::wait(barrier_of(at.mbar.p_full, st.p), st.p.phase);
+  pl::mbar::wait(pl::own_barrier(at.mbar.p_full, st.p), st.p.phase);
   pl::tcgen05::fence_after_thread_sync();
   if (pl::elect_one_sync()) {
     const uint64_t desc_v = OperandV::desc(pl::stage_offset(at.port.v, st.v));
@@ -110,7 +101,7 @@ __device__ __forceinline__ void issue_output(const pl_place_attn_fwd_umma_core& 
   }
   __syncwarp();
   st.v.advance(at.port.v);
-  st.p.advance(Ring{kScoreBuffers});
+  st.p.advance(pl::OwnRing{kScoreBuffers});
 }
 
 // The MMA warp's perspective, per record: tile j's QK^T goes out before tile j - 1's
@@ -272,7 +263,7 @@ extern "C" __device__ void pl_attn_fwd_umma_core_softmax(const pl_place_attn_fwd
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
     // Asked before the wait: a block-sparse layout answers from global memory.
     const pl::attn::KvTile kv_tile = pl_attn_fwd_umma_core_blocks_kv_tile(k, tile, step);
-    pl::mbar::wait(barrier_of(at.mbar.s_full, st.s), st.s.phase);
+    pl::mbar::wait(pl::own_barrier(at.mbar.s_full, st.s), st.s.phase);
     pl::tcgen05::fence_after_thread_sync();
     float s[kTileN];
     load_row(lanes + at.tmem.s + st.s.stage * kTileN, s);
@@ -281,7 +272,7 @@ extern "C" __device__ void pl_attn_fwd_umma_core_softmax(const pl_place_attn_fwd
     store_probabilities(lanes + at.tmem.p + st.s.stage * kPColumns, s);
     if (step > tile.k_begin) {   // the previous P V must be done before O is touched
       pl::mbar::wait(at.mbar.o_done, st.o.phase);
-      st.o.advance(Ring{1});
+      st.o.advance(pl::OwnRing{1});
       pl::tcgen05::fence_after_thread_sync();
       if (__any_sync(pl::kFullWarpMask, rescale != 1.0f)) {   // whole warps load and store
         rescale_output(lanes + at.tmem.o, rescale);
@@ -289,12 +280,12 @@ extern "C" __device__ void pl_attn_fwd_umma_core_softmax(const pl_place_attn_fwd
     }
     pl::tcgen05::wait_store();
     pl::tcgen05::fence_before_thread_sync();
-    pl::mbar::arrive(barrier_of(at.mbar.p_full, st.s));
-    st.s.advance(Ring{kScoreBuffers});
+    pl::mbar::arrive(pl::own_barrier(at.mbar.p_full, st.s));
+    st.s.advance(pl::OwnRing{kScoreBuffers});
   }
   if (tile.k_tiles() > 0) {   // the last P V
     pl::mbar::wait(at.mbar.o_done, st.o.phase);
-    st.o.advance(Ring{1});
+    st.o.advance(pl::OwnRing{1});
     pl::tcgen05::fence_after_thread_sync();
     load_row(lanes + at.tmem.o, o);
   } else {

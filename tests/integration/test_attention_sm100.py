@@ -59,12 +59,31 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
         {n: i.component for n, i in blackwell.items() if n not in ("core", "store")}
 
 
-def test_backward_builds_for_hopper_only():
-    recipe = load_recipe(ROOT / "recipes" / "attn_causal.yaml")
+# Backward kernels built for sm_100a (attn_bwd_umma_core: head dim 128; with no_mask the
+# link refuses it for spilling) and those built for sm_90a only.
+BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_sliding")
+BACKWARD_HOPPER = ("attn_dense", "attn_document", "attn_causal_d64", "attn_dense_d64",
+                   "attn_sliding_d64", "attn_causal_d64_deterministic")
+
+
+@pytest.mark.parametrize("name", BACKWARD_BOTH)
+def test_backward_picks_the_tcgen05_core_on_sm100(name):
+    backward = load_recipe(ROOT / "recipes" / f"{name}.yaml").select(["backward"])["backward"]
+    assert backward.archs == ("sm_90a", "sm_100a")
+    hopper, blackwell = backward.instances("sm_90a"), backward.instances(ARCH)
+    assert (hopper["core"].component, blackwell["core"].component) == ("attn_bwd_core",
+                                                                       "attn_bwd_umma_core")
+    for store in ("dk_store", "dv_store"):
+        assert (hopper[store].component, blackwell[store].component) == (
+            "attn_store_epilogue", "attn_tmem_store_epilogue")
+
+
+@pytest.mark.parametrize("name", BACKWARD_HOPPER)
+def test_other_backwards_build_for_hopper_only(name):
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
     assert recipe.kernels()["backward"].archs == ("sm_90a",)
     assert list(recipe.select(None, ARCH)) == ["forward"]
     assert recipe.elsewhere(ARCH) == {"backward": ("sm_90a",)}
-    assert list(recipe.select(None, "sm_90a")) == ["forward", "backward"]
 
 
 def test_documents_store_within_each_document_on_both_archs():
@@ -157,17 +176,73 @@ def test_the_core_object_is_shared_by_every_mask(object_dir):
 
 @needs_nvcc
 def test_check_says_where_backpropagation_is_refused(object_dir, capsys):
-    """`pipelink check` on sm_100a checks the forward only and says that the backward is
-    built for sm_90a; asking for the backward there is refused, naming its archs."""
+    """`pipelink check` on sm_100a checks attn_causal_d64's forward only and says that
+    its backward is built for sm_90a; asking for the backward there is refused, naming
+    its archs."""
     from pipelink import cli
-    recipe = str(ROOT / "recipes" / "attn_causal.yaml")
+    recipe = str(ROOT / "recipes" / "attn_causal_d64.yaml")
     assert cli.main(["check", recipe, "--arch", ARCH, "--build", str(object_dir)]) == 0
     out = capsys.readouterr().out
-    assert [line.split(" ")[0] for line in out.splitlines()] == ["attn_causal/forward",
-                                                                  "attn_causal"]
+    assert [line.split(" ")[0] for line in out.splitlines()] == ["attn_causal_d64/forward",
+                                                                  "attn_causal_d64"]
     assert "backward is built for sm_90a only: backpropagation is refused on sm_100a" in out
     assert cli.main(["check", recipe, "--arch", ARCH, "--build", str(object_dir),
                      "--kernel", "backward"]) == 2
     err = capsys.readouterr().err
-    assert "kernel 'backward' of recipe 'attn_causal' is not built for sm_100a" in err
+    assert "kernel 'backward' of recipe 'attn_causal_d64' is not built for sm_100a" in err
     assert "it builds for sm_90a" in err and "Traceback" not in err
+
+
+# -- the backward, linked ----------------------------------------------------------------
+
+TILE_Q = 64                     # attn_bwd_umma_core's queries per step
+BWD_HEAD_DIM = 128
+
+
+def _idesc_bwd(m: int, n: int, mn_major_a: bool, mn_major_b: bool) -> int:
+    """As _idesc, with M and both operands' majorness given."""
+    return (1 << 4) | (1 << 7) | (1 << 10) | (int(mn_major_a) << 15) | \
+        (int(mn_major_b) << 16) | ((n >> 3) << 17) | ((m >> 4) << 24)
+
+
+@pytest.fixture(scope="module")
+def backward(link_repo_kernel) -> dict[str, object]:  # noqa: ANN001
+    """mode -> attn_causal's backward LinkResult for sm_100a."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs nvcc")
+    return {mode: link_repo_kernel("attn_causal", ARCH, mode, "backward")
+            for mode in ("linked", "mono")}
+
+
+@needs_nvcc
+def test_backward_tensor_memory_and_lanes(backward):
+    """S^T, dP^T, P^T, dS^T and dQ^T (one step each) beside dK and dV (the record's),
+    all 512 columns; dK and dV go to their epilogues through Tensor Memory."""
+    result = backward["linked"]
+    tmem = {k: v[1] for k, v in result.placement.tmem.items()}
+    assert tmem == {"core.s": TILE_Q, "core.dp": TILE_Q, "core.p": TILE_Q // 2,
+                    "core.ds": TILE_Q // 2, "core.dq": TILE_Q, "core.dk": BWD_HEAD_DIM,
+                    "core.dv": BWD_HEAD_DIM}
+    assert sum(tmem.values()) == 512
+    transfers = {(t.kind, str(t.src), str(t.dst)) for t in result.kernel.transfers}
+    assert {("zero_copy", "core.dk", "dk_store.acc"),
+            ("zero_copy", "core.dv", "dv_store.acc")} <= transfers
+
+
+@needs_nvcc
+def test_backward_sass_runs_every_gemm_on_tcgen05(backward):
+    result = backward["linked"]
+    ops = sass_instructions(result.cubin)
+    assert not [op for op in ops if "GMMA" in op or op.startswith("WARPGROUP")]
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
+    text = sass(result.cubin)
+    # S^T and dP^T (head_dim / 16 each) and dQ^T (tile_n / 16) from shared memory; dV and
+    # dK (tile_q / 16 each) with P^T and dS^T from Tensor Memory.
+    assert len(re.findall(r"UTCHMMA gdesc\[UR\d+\], gdesc\[", text)) == \
+        2 * (BWD_HEAD_DIM // MMA_K) + TILE_N // MMA_K
+    assert len(re.findall(r"UTCHMMA tmem\[UR\d+\], gdesc\[", text)) == 2 * (TILE_Q // MMA_K)
+    for m, n, a, b in ((TILE_N, TILE_Q, False, False), (TILE_N, BWD_HEAD_DIM, False, True),
+                       (BWD_HEAD_DIM, TILE_Q, True, True)):
+        idesc = _idesc_bwd(m, n, a, b)
+        assert re.search(rf"\bUMOV UR\d+, {idesc:#x} ;", text), f"idesc {idesc:#x} not found"
+    assert sass_instructions(backward["mono"].cubin) == ops

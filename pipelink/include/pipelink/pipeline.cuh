@@ -47,6 +47,18 @@ struct PipeState {
   }
 };
 
+// A ring between a component's own roles (roles.<r>.state): the component places its
+// buffers and mbarriers itself, and keeps a PipeState per role in the glue's state.
+// OwnRing{stages} is what PipeState::advance needs of it; own_barrier the mbarrier of a
+// state's stage in an array of `stages` of them.
+struct OwnRing {
+  uint32_t stages;
+};
+
+__device__ __forceinline__ uint32_t own_barrier(uint32_t array, const PipeState& s) {
+  return array + s.stage * mbar::kBytes;
+}
+
 __device__ __forceinline__ uint32_t stage_offset(const PipePort& port, const PipeState& s) {
   return port.buffer + s.stage * port.stage_bytes;
 }

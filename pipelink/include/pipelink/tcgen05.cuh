@@ -295,7 +295,20 @@ __device__ __forceinline__ void start_load_row_x64(uint32_t taddr, float (&d)[64
       : "r"(taddr) : "memory");
 }
 
-// After loads that do not wait (start_load_row_x64, or CuTe's SM100_TMEM_LOAD atoms,
+// start_load_row_x64 at half the width: columns (taddr's column) .. + 31 of the lane.
+__device__ __forceinline__ void start_load_row_x32(uint32_t taddr, float (&d)[32]) {
+  asm volatile(
+      "tcgen05.ld.sync.aligned.32x32b.x32.b32 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7,"
+      "%8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23,"
+      "%24, %25, %26, %27, %28, %29, %30, %31"
+      "}, [%32];\n"
+      : PL_TCGEN05_D8(d, 0), PL_TCGEN05_D8(d, 8), PL_TCGEN05_D8(d, 16), PL_TCGEN05_D8(d, 24)
+      : "r"(taddr) : "memory");
+}
+
+// After loads that do not wait (start_load_row_x64, start_load_row_x32, or CuTe's SM100_TMEM_LOAD atoms,
 // which issue the bare tcgen05.ld): tcgen05.wait::ld, then every loaded register passed
 // through an empty statement that claims to rewrite it. Volatile statements keep their
 // order, so no use of v can be scheduled before the wait (a plain wait orders memory,
