@@ -269,20 +269,11 @@ __device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* d
 // CTA of the persistent grid is resident, so the tiles waited on are running or done.
 // The query tile's first key tile comes from the mask's kv_range, which must agree
 // with its q_range at tile granularity (the shipped masks do).
-__device__ __forceinline__ uint32_t* query_turn(const pl_args_attn_bwd_core& args,
-                                                const pl::WorkTile& tile,
-                                                pl::attn::QueryStep qs) {
-  return reinterpret_cast<uint32_t*>(args.dq_turns) + size_t(qs.head) * args.turns_per_head +
-         uint32_t(tile.m_offset) / kTileQ + uint32_t(tile.group) + uint32_t(qs.q_tile);
-}
-
 __device__ __forceinline__ uint32_t turns_before(const pl::KernelInfo& k,
                                                  const pl::WorkTile& tile, StepTile t) {
   const pl::attn::Span keys = pl_attn_bwd_core_mask_kv_range(
       k, t.q_first, min(t.q_first + int32_t(kTileQ), t.len), t.len);
-  const int32_t first = pl::attn::tiles_of(
-      pl::attn::Span{max(keys.begin, 0), min(keys.end, t.len)}, int32_t(kTileN)).begin;
-  return uint32_t(max(tile.m_block - first, 0)) * kWarpgroups;
+  return pl::attn::key_tiles_before(keys, t.len, tile.m_block, int32_t(kTileN)) * kWarpgroups;
 }
 
 // Where this warpgroup's turn comes: after every key tile before its own, and with
@@ -387,7 +378,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     float* dq_rows = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
                      size_t(qs.head) * kHeadDim;
     if (args.deterministic != 0) {
-      uint32_t* turn = query_turn(args, tile, qs);
+      uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
       if (releaser) pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
       pl::named_sync(own, pl::kWarpgroupThreads);
       add_query_grads(dq, dq_rows, args.heads, f, t, first_column);

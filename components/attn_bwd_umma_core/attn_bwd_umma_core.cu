@@ -285,22 +285,14 @@ __device__ __forceinline__ void stage_score_grads(uint32_t buffer, uint32_t row,
 }
 
 // Deterministic mode: a (query head, query tile)'s dQ partial sums are added in key-tile
-// order, one warpgroup per key tile, as attn_bwd_core's (its query_turn explains the
-// counters; the first key tile comes from the mask's kv_range).
-__device__ __forceinline__ uint32_t* query_turn(const pl_args_attn_bwd_umma_core& args,
-                                                const pl::WorkTile& tile,
-                                                pl::attn::QueryStep qs) {
-  return reinterpret_cast<uint32_t*>(args.dq_turns) + size_t(qs.head) * args.turns_per_head +
-         uint32_t(tile.m_offset) / kTileQ + uint32_t(tile.group) + uint32_t(qs.q_tile);
-}
-
+// order (pl::attn::dq_turn), one warpgroup per key tile: its turn comes after every key
+// tile before its own.
 __device__ __forceinline__ uint32_t my_turn(const pl::KernelInfo& k, const pl::WorkTile& tile,
                                             StepTile t) {
   const pl::attn::Span keys = pl_attn_bwd_umma_core_mask_kv_range(
       k, t.q_first, min(t.q_first + int32_t(kTileQ), t.len), t.len);
-  const int32_t first = pl::attn::tiles_of(
-      pl::attn::Span{max(keys.begin, 0), min(keys.end, t.len)}, int32_t(kTileN)).begin;
-  return uint32_t(max(tile.m_block - first, 0)) * kAddsPerKeyTile;
+  return pl::attn::key_tiles_before(keys, t.len, tile.m_block, int32_t(kTileN)) *
+         kAddsPerKeyTile;
 }
 
 // This thread's head dim of dQ^T (the step's queries) added to the fp32 accumulator
@@ -371,7 +363,7 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
     float* dq_column = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
                        size_t(qs.head) * kHeadDim + row;
     if (args.deterministic != 0) {
-      uint32_t* turn = query_turn(args, tile, qs);
+      uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
       if (row == 0) pl::counter_wait(turn, my_turn(k, tile, t));
       pl::named_sync(at.bar.turn, kTileN);
       add_query_grads(lanes + at.tmem.dq, dq_column, args.heads, t);

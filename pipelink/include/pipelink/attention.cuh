@@ -100,6 +100,27 @@ __device__ __forceinline__ size_t lse_index(size_t first_row, size_t head, uint3
   return first_row * lse_rows + head * lse_heads + q;
 }
 
+// Deterministic dQ in an attention backward: the dQ partial sums of one (query head,
+// query tile) are added in key-tile order, counted in dq_turns [heads, turns_per_head]
+// (one counter per query tile of the packed rows, a sequence's first on a counter of its
+// own). The counter of step `qs` of `tile`, for query tiles of TILE_Q rows:
+template <uint32_t TILE_Q>
+__device__ __forceinline__ uint32_t* dq_turn(int32_t* dq_turns, uint32_t turns_per_head,
+                                             const WorkTile& tile, QueryStep qs) {
+  return reinterpret_cast<uint32_t*>(dq_turns) + size_t(qs.head) * turns_per_head +
+         uint32_t(tile.m_offset) / TILE_Q + uint32_t(tile.group) + uint32_t(qs.q_tile);
+}
+
+// The key tiles (of `tile_n` keys) before key tile `key_tile` that add to a query tile
+// whose keys are `keys` (the mask's kv_range) in a sequence of `len` tokens: the turns
+// to wait for, one per key tile. (The mask's kv_range must agree with its q_range at
+// tile granularity: the shipped masks do.)
+__device__ __forceinline__ uint32_t key_tiles_before(Span keys, int32_t len, int32_t key_tile,
+                                                     int32_t tile_n) {
+  const int32_t first = tiles_of(Span{max(keys.begin, 0), min(keys.end, len)}, tile_n).begin;
+  return uint32_t(max(key_tile - first, 0));
+}
+
 // The per-query statistics of an attention backward, as its prep phase writes them:
 // [heads, kStatsRows, rows] fp32, row kLseRow the forward's log-sum-exp in base 2
 // (log2(e) LSE; +inf where the query saw no key, so its P is 0) and row kDeltaRow
