@@ -31,8 +31,9 @@ constexpr uint32_t kHeadDim = Params::head_dim;               // dQ^T's rows: TM
 constexpr uint32_t kHeadSteps = kHeadDim / pl::tcgen05::kK;   // K steps of S^T and dP^T
 constexpr uint32_t kQuerySteps = kTileQ / pl::tcgen05::kK;    // of dV and dK
 constexpr uint32_t kKeySteps = kTileN / pl::tcgen05::kK;      // of dQ^T
-constexpr uint32_t kPackedStep = pl::tcgen05::kK / 2;         // P^T / dS^T columns per MMA
-constexpr uint32_t kPacked = kTileQ / 2;                      // bf16 pairs per P^T row
+constexpr uint32_t kPair = pl::tcgen05::kPerColumn16;        // bf16 per TMEM column
+constexpr uint32_t kPackedStep = pl::tcgen05::kK / kPair;     // P^T / dS^T columns per MMA
+constexpr uint32_t kPacked = kTileQ / kPair;                  // bf16 pairs per P^T row
 constexpr uint32_t kRowHalves = 2;                            // S^T read half a row at a time
 constexpr uint32_t kHalfRow = kTileQ / kRowHalves;
 constexpr uint32_t kChunkElems = pl::epi::kChunkBytes / sizeof(Element);   // 8 per 16 bytes
@@ -220,9 +221,9 @@ __device__ __forceinline__ float staged_stat(uint32_t buffer, uint32_t kind, uin
 // computation cannot move past it.
 __device__ __forceinline__ void settle(uint32_t (&pairs)[kPacked], uint32_t first) {
   constexpr uint32_t kGroup = 8;
-  static_assert(kHalfRow / 2 % kGroup == 0, "settle whole groups of 8 pairs");
+  static_assert(kHalfRow / kPair % kGroup == 0, "settle whole groups of 8 pairs");
 #pragma unroll
-  for (uint32_t i = first; i < first + kHalfRow / 2; i += kGroup) {
+  for (uint32_t i = first; i < first + kHalfRow / kPair; i += kGroup) {
     asm volatile("" : "+r"(pairs[i + 0]), "+r"(pairs[i + 1]), "+r"(pairs[i + 2]),
                       "+r"(pairs[i + 3]), "+r"(pairs[i + 4]), "+r"(pairs[i + 5]),
                       "+r"(pairs[i + 6]), "+r"(pairs[i + 7]));
@@ -245,10 +246,10 @@ __device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row,
     pl::tcgen05::wait_loaded(s);
     pl::tcgen05::wait_loaded(dp);
 #pragma unroll
-    for (uint32_t j = 0; j < kHalfRow; j += 2) {
-      float p[2], ds[2];
+    for (uint32_t j = 0; j < kHalfRow; j += kPair) {
+      float p[kPair], ds[kPair];
 #pragma unroll
-      for (uint32_t h = 0; h < 2; ++h) {
+      for (uint32_t h = 0; h < kPair; ++h) {
         const uint32_t i = half * kHalfRow + j + h;     // the query in the step
         const int32_t q = t.q_first + int32_t(i);
         const float lse = staged_stat(stats, pl::attn::kLseRow, i);
@@ -259,15 +260,15 @@ __device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row,
         }
         ds[h] = kScale * p[h] * (dp[j + h] - staged_stat(stats, pl::attn::kDeltaRow, i));
       }
-      const uint32_t pair = (half * kHalfRow + j) / 2;
+      const uint32_t pair = (half * kHalfRow + j) / kPair;
       p_pairs[pair] = pl::epi::pack_bf16x2(p[0], p[1]);
       ds_pairs[pair] = pl::epi::pack_bf16x2(ds[0], ds[1]);
     }
     // This half's pairs are final before the next half's loads (volatile statements keep
     // their order): otherwise the compiler starts both halves' loads together and holds
     // S^T and dP^T whole after all.
-    settle(p_pairs, half * kHalfRow / 2);
-    settle(ds_pairs, half * kHalfRow / 2);
+    settle(p_pairs, half * kHalfRow / kPair);
+    settle(ds_pairs, half * kHalfRow / kPair);
   }
 }
 

@@ -30,10 +30,11 @@ constexpr uint32_t kTileM = Params::tile_m;
 constexpr uint32_t kTileN = Params::tile_n;
 constexpr uint32_t kHeadDim = Params::head_dim;
 constexpr uint32_t kScoreBuffers = 2;                            // S and P: see the order above
-constexpr uint32_t kPColumns = kTileN / 2;                       // bf16 pairs per P row
+constexpr uint32_t kPair = pl::tcgen05::kPerColumn16;            // bf16 per TMEM column
+constexpr uint32_t kPColumns = kTileN / kPair;                   // bf16 pairs per P row
 constexpr uint32_t kQKSteps = kHeadDim / pl::tcgen05::kK;        // MMAs per S
 constexpr uint32_t kPVSteps = kTileN / pl::tcgen05::kK;          // MMAs per P V
-constexpr uint32_t kPStepColumns = pl::tcgen05::kK / 2;          // P columns per PV MMA
+constexpr uint32_t kPStepColumns = pl::tcgen05::kK / kPair;      // P columns per PV MMA
 constexpr uint32_t kRowChunk = pl::epi::kTmemLoadColumns;        // floats per tcgen05.ld
 constexpr uint32_t kStoreWidth = 32;                             // columns per tcgen05.st
 constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));
@@ -203,13 +204,13 @@ __device__ __forceinline__ float softmax_row(float (&s)[kTileN], RowSoftmax& sm,
 // P as bf16 pairs (the lower key in the low half) into this thread's lane of a P buffer.
 __device__ __forceinline__ void store_probabilities(uint32_t taddr, const float (&p)[kTileN]) {
 #pragma unroll
-  for (uint32_t c = 0; c < kTileN; c += 2 * kStoreWidth) {
+  for (uint32_t c = 0; c < kTileN; c += kPair * kStoreWidth) {
     uint32_t packed[kStoreWidth];
 #pragma unroll
     for (uint32_t i = 0; i < kStoreWidth; ++i) {
-      packed[i] = pl::epi::pack_bf16x2(p[c + 2 * i], p[c + 2 * i + 1]);
+      packed[i] = pl::epi::pack_bf16x2(p[c + kPair * i], p[c + kPair * i + 1]);
     }
-    pl::tcgen05::store_row_x32(taddr + c / 2, packed);
+    pl::tcgen05::store_row_x32(taddr + c / kPair, packed);
   }
 }
 

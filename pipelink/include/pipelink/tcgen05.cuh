@@ -29,6 +29,7 @@ constexpr uint32_t kFullMinN = 16;             // M = 128, 256: N is 16..256 in 
 constexpr uint32_t kPairM = 256;               // the CTA-pair MMA (cta_group::2): 128 rows each
 constexpr uint16_t kPairMask = 0b11;           // both CTAs of a pair, in a cluster of 2
 constexpr uint32_t kK = 16;                    // K per MMA for 16-bit inputs
+constexpr uint32_t kPerColumn16 = 2;           // 16-bit elements per 32-bit TMEM column
 constexpr uint32_t kMinN = 8;                  // M = 64: N is 8..256 in steps of 8
 constexpr uint32_t kMaxN = 256;
 constexpr uint32_t kSwizzleBytes = 128;        // one swizzled row: 64 bf16 of K
