@@ -17,14 +17,12 @@ constexpr uint32_t kChunks = kTileN / kStoreN;
 constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
 static_assert(kTileN % kStoreN == 0, "store_n columns at a time tile the row: divide tile_n");
-static_assert(kBuffers >= 2, "one barrier per chunk orders staging against copying only "
-                             "with two or more rotating buffers: make buffers >= 2");
+using Turns = pl::epi::StagingTurns<kBuffers>;
 using Copy = pl::epi::BoundedCopy<kTileM, kStoreN, kThreads>;
 
 // Epilogue's perspective, per tile: stage a chunk, wait for the whole role, copy it out
-// within the bounds. As in grouped_store_epilogue, rotating buffers make one barrier
-// per chunk enough: a thread stages chunk c only after passing chunk c-1's barrier,
-// which every thread reached after copying chunk c-2, the last user of this buffer.
+// within the bounds (pl::epi::StagingTurns: why one barrier per chunk is enough with
+// rotating buffers, and one buffer needs a second).
 extern "C" __device__ void pl_grouped_row_store_epilogue_store(
     const pl_place_grouped_row_store_epilogue& at,
     const pl_args_grouped_row_store_epilogue& args, const pl::KernelInfo&,
@@ -43,5 +41,6 @@ extern "C" __device__ void pl_grouped_row_store_epilogue_store(
                                      *reinterpret_cast<const float (*)[kStoreN]>(acc + c * kStoreN));
     pl::named_sync(at.bar.staged, kThreads);
     copy.run(buffer, row, row0, col0 + int32_t(c * kStoreN));
+    Turns::after_copy(at.bar.staged, kThreads);
   }
 }

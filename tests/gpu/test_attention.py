@@ -22,7 +22,8 @@ ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sl
              "attn_document", "attn_block_sparse", "attn_paged", "attn_causal_deterministic")
 # Recipes built at head dim 64 (their own core objects); every other one is at 128.
 HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
-               "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64")
+               "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64",
+               "attn_document_d64")
 
 
 def head_dim(recipe: str) -> int:
@@ -211,19 +212,21 @@ DOCUMENTS = [  # document lengths, H, HKV
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe", ["attn_document", "attn_document_d64"])
 @pytest.mark.parametrize("lengths,h,hkv", DOCUMENTS)
-def test_documents_attend_within_themselves(build_dir, mode, lengths, h, hkv):
-    """attn_document: packed documents, each causal within itself; rows past the last
-    document (there are none here) and documents of no rows write nothing."""
+def test_documents_attend_within_themselves(build_dir, mode, recipe, lengths, h, hkv):
+    """attn_document (and at head dim 64): packed documents, each causal within itself;
+    rows past the last document (there are none here) and documents of no rows write
+    nothing."""
     import torch
 
     import pipelink
-    op = pipelink.load(build_dir / mode / "attn_document")
-    total = sum(lengths)
-    q, k, v = (t[0] for t in inputs(1, max(total, 1), h, hkv, 128, seed=total + h))
+    op = pipelink.load(build_dir / mode / recipe)
+    total, d = sum(lengths), head_dim(recipe)
+    q, k, v = (t[0] for t in inputs(1, max(total, 1), h, hkv, d, seed=total + h))
     q, k, v = q[:total], k[:total], v[:total]
     cu = torch.tensor([0, *lengths], device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)
-    o = torch.full((total, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    o = torch.full((total, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((h, total), float("nan"), device="cuda", dtype=torch.float32)
     op(q, k, v, cu, out=(o, lse))
     begin = 0
@@ -238,17 +241,18 @@ def test_documents_attend_within_themselves(build_dir, mode, lengths, h, hkv):
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe", ["attn_document", "attn_document_d64"])
 @pytest.mark.parametrize("lengths,h,hkv", DOCUMENTS[:2])
-def test_document_gradients_stay_within_documents(build_dir, mode, lengths, h, hkv):
+def test_document_gradients_stay_within_documents(build_dir, mode, recipe, lengths, h, hkv):
     """attn_document's backward kernel, every output poisoned, then its autograd op:
     each document's dQ, dK and dV against autograd through that document alone (a key
     tile or query tile reaching into the next document must add nothing)."""
     import torch
 
     import pipelink
-    ks = pipelink.load(build_dir / mode / "attn_document")
+    ks = pipelink.load(build_dir / mode / recipe)
     total = sum(lengths)
-    q, k, v = (t[0] for t in inputs(1, total, h, hkv, 128, seed=3 * total + h))
+    q, k, v = (t[0] for t in inputs(1, total, h, hkv, head_dim(recipe), seed=3 * total + h))
     d_o = torch.randn(q.shape, device="cuda",
                       generator=torch.Generator(device="cuda").manual_seed(total)).to(q.dtype)
     cu = torch.tensor([0, *lengths], device="cuda", dtype=torch.int32).cumsum(0).to(torch.int32)

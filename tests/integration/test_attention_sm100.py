@@ -29,7 +29,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 STORES = {name: ("attn_store_epilogue", "attn_row_store_epilogue")
           for name in ("attn_causal", "attn_dense", "attn_sliding", "attn_softcap",
                        "attn_alibi", "attn_block_sparse", "attn_paged", "attn_causal_d64")}
-STORES["attn_document"] = ("grouped_store_epilogue", "grouped_row_store_epilogue")
+STORES["attn_document"] = STORES["attn_document_d64"] = ("grouped_store_epilogue",
+                                                         "grouped_row_store_epilogue")
 TILE_N = 128                    # the recipes' key tile
 MMA_K = 16                      # one tcgen05.mma: K = 16 (bf16)
 HEAD_DIMS = {"attn_causal": 128, "attn_causal_d64": 64, "attn_document": 128}
@@ -63,7 +64,7 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
 # link refuses it for spilling) and those built for sm_90a only.
 BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_sliding")
 BACKWARD_HOPPER = ("attn_dense", "attn_document", "attn_causal_d64", "attn_dense_d64",
-                   "attn_sliding_d64", "attn_causal_d64_deterministic")
+                   "attn_sliding_d64", "attn_causal_d64_deterministic", "attn_document_d64")
 
 
 @pytest.mark.parametrize("name", BACKWARD_BOTH)

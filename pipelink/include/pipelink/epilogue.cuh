@@ -288,4 +288,18 @@ struct StagedStore {
   }
 };
 
+// The staging of a bounded store, BUFFERS buffers in rotation, one chunk per buffer
+// turn. Staging waits at one barrier per chunk before the copy; rotating buffers make
+// that enough (a thread stages chunk c only after passing chunk c - 1's barrier, which
+// every thread reached after copying chunk c - 2, the last user of c's buffer). One
+// buffer (a tile of one 64-column chunk: O at head dim 64) also needs every copy done
+// before the next chunk, or the next tile's first, is staged over it: after_copy().
+template <uint32_t BUFFERS>
+struct StagingTurns {
+  static_assert(BUFFERS >= 1, "stage through at least one buffer: make buffers >= 1");
+  __device__ static void after_copy(uint32_t barrier, uint32_t threads) {
+    if constexpr (BUFFERS == 1) named_sync(barrier, threads);
+  }
+};
+
 }  // namespace pl::epi
