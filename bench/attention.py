@@ -107,6 +107,7 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    import pipelink
     documents = recipe == "attn_document"
     if documents:                  # the same tokens as one packed sequence of B S rows
         b, s = 1, b * s
@@ -127,8 +128,7 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
     mask_mod = mask_mod_of("attn_causal" if recipe == "attn_paged" else recipe, doc)
     block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
     if recipe == "attn_block_sparse":
-        extra = (block_mask.kv_num_blocks, block_mask.kv_indices,
-                 block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+        extra = pipelink.block_mask_tensors(block_mask)
     gathered = recipe == "attn_paged"
     if gathered:    # the op reads the caches; the baselines gather K and V first
         caches = [(*page_cache(k, seed=i), page_cache(v, seed=i)[0])

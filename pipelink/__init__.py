@@ -16,3 +16,10 @@ def interleave_gate_up(w_gate, w_up):  # noqa: ANN001, ANN201  (torch tensors)
     :func:`pipelink.runtime.weights.interleave_gate_up`)."""
     from .runtime.weights import interleave_gate_up as _interleave
     return _interleave(w_gate, w_up)
+
+
+def block_mask_tensors(block_mask):  # noqa: ANN001, ANN201  (a FlexAttention BlockMask)
+    """A BlockMask's tensors as attn_block_sparse takes them (see
+    :func:`pipelink.runtime.flex.block_mask_tensors`)."""
+    from .runtime.flex import block_mask_tensors as _tensors
+    return _tensors(block_mask)

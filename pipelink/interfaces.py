@@ -71,6 +71,19 @@ INTERFACES: dict[str, Interface] = {i.name: i for i in (
                   "the key tile of step `step` (k_begin <= step < k_end) of the record, and "
                   "whether it is known to be fully visible (no per-element mask)"),)),
     Interface(
+        "attn_query_tiles",
+        "which query tile an attention backward's loader and core take at each step of "
+        "a key tile's record: the record's steps walk `slots` per query head "
+        "(pl::attn::query_step), and a slot is the query tile itself (contiguous) or "
+        "names one from a block-sparse layout (the transposed FlexAttention BlockMask)",
+        (Function("q_tile", _I32,
+                  (("const pl::WorkTile&", "tile"), (_I32, "head"), (_I32, "slot")),
+                  "the query tile (of the backward's tile_q rows) of slot `slot` of query "
+                  "head `head` in the record of key tile tile.m_block"),
+         Function("contiguous", "bool", (),
+                  "whether q_tile() returns the slot unchanged (a constant: after the "
+                  "link's LTO a core keeps no mapped tile across steps)"))),
+    Interface(
         "attn_score",
         "a modifier of the scaled attention score before softmax (FlexAttention's "
         "score_mod): returns the new score",

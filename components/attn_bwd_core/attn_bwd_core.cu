@@ -316,15 +316,27 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   const uint32_t k_stage = pl::stage_offset(at.port.kv, st.kv);
   const uint32_t v_stage = k_stage + kTileN * kHeadDim * uint32_t(sizeof(Element));
   const pl::attn::QueryWalk walk = pl::attn::query_walk(tile, args.kv_group);
-  pl::attn::QueryStep qs = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
+  // The walk runs over slots; placed() is the step's query tile (the q_tiles function:
+  // the slot itself, or a BlockMask's block).
+  const auto placed = [&](pl::attn::QueryStep slot) {
+    return pl::attn::QueryStep{slot.head,
+                               pl_attn_bwd_core_q_tiles_q_tile(k, tile, slot.head, slot.q_tile)};
+  };
+  pl::attn::QueryStep slot = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
+  // Mapped slots (a BlockMask's) are mapped once, a step ahead, and the tile carried;
+  // their next statistics are loaded late. At head dim 128 the mapping's loads and
+  // addresses do not fit beside a step's registers otherwise.
+  const bool contiguous = pl_attn_bwd_core_q_tiles_contiguous(k);   // a constant after LTO
+  int32_t mapped_tile = placed(slot).q_tile;
   // The first step's statistics; each step stages the next one's before its barrier.
   if (tile.k_tiles() > 0) {
-    store_stat(stats, load_stat(args, tile, qs, local), local);
+    store_stat(stats, load_stat(args, tile, {slot.head, mapped_tile}, local), local);
     pl::named_sync(publish, publish_threads);
   }
   uint32_t n = 0;
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
-    const pl::attn::QueryStep next_qs = walk.next(qs);
+    const pl::attn::QueryStep qs{slot.head, contiguous ? slot.q_tile : mapped_tile};
+    const pl::attn::QueryStep next_slot = walk.next(slot);
     StepTile t{qs.q_tile * int32_t(kTileQ), kv_first, len, false};
     t.partial = t.kv_first + int32_t(kRows) > len || t.q_first + int32_t(kTileQ) > len ||
                 pl_attn_bwd_core_mask_partial(k, t.q_first, t.q_first + int32_t(kTileQ),
@@ -343,7 +355,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
     issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
-    const float next_stat = more ? load_stat(args, tile, next_qs, local) : 0.0f;
+    const pl::attn::QueryStep next_qs = more ? placed(next_slot) : qs;
+    const float early_stat = more && contiguous ? load_stat(args, tile, next_qs, local) : 0.0f;
     pl::wgmma::wait<1>();
     pl::wgmma::fence_operands(s);
     probabilities(s, k, stats_stage, f, t);
@@ -353,7 +366,10 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     pl::attn::pack_a_operand(s, p_frag);
     pl::attn::pack_a_operand(dp, ds_frag);
     issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
-    if (more) store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
+    if (more) {
+      const float next_stat = contiguous ? early_stat : load_stat(args, tile, next_qs, local);
+      store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
+    }
     // dS^T (and the next step's statistics) in shared memory before any reads them:
     // every warpgroup's, or with kDqByKeys the warpgroup's own. Two buffers of each in
     // turn: a warpgroup reaches step n's barrier only after it is done with step
@@ -377,7 +393,9 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     st.d_o.advance(at.port.d_o);
     float* dq_rows = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
                      size_t(qs.head) * kHeadDim;
-    if (args.deterministic != 0) {
+    // Deterministic turns count the key tiles the mask's kv_range gives a query tile;
+    // mapped slots (a BlockMask's) skip tiles, so there the sums go in any order.
+    if (contiguous && args.deterministic != 0) {
       uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
       if (releaser) pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
       pl::named_sync(own, pl::kWarpgroupThreads);
@@ -387,7 +405,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     } else {
       add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
     }
-    qs = next_qs;
+    slot = next_slot;
+    mapped_tile = next_qs.q_tile;
   }
   // The last step's buffers are done with (by every warpgroup that reads them) before
   // the next record writes.

@@ -34,7 +34,7 @@ extern "C" __device__ void pl_attn_bwd_loader_producer_init(const pl_place_attn_
 // Producer's perspective, per record: the key tile's K and V, then Q and dO per step.
 extern "C" __device__ void pl_attn_bwd_loader_producer(const pl_place_attn_bwd_loader& at,
                                                        const pl_args_attn_bwd_loader& args,
-                                                       const pl::KernelInfo&,
+                                                       const pl::KernelInfo& k,
                                                        const pl::WorkTile& tile,
                                                        pl_state_attn_bwd_loader_producer& st) {
   const int32_t kv_row = tile.first_row(kTileN);
@@ -46,7 +46,9 @@ extern "C" __device__ void pl_attn_bwd_loader_producer(const pl_place_attn_bwd_l
   st.kv.advance(at.port.kv);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
     const pl::attn::QueryStep at_step = pl::attn::query_step(tile, step, args.kv_group);
-    const int32_t q_row = tile.m_offset + at_step.q_tile * int32_t(kTileQ);
+    const int32_t q_tile = pl_attn_bwd_loader_q_tiles_q_tile(k, tile, at_step.head,
+                                                             at_step.q_tile);
+    const int32_t q_row = tile.m_offset + q_tile * int32_t(kTileQ);
     pl::producer_fill(at.port.q, st.q, kTileBytesQ, [&](uint32_t stage, uint32_t full) {
       pl::attn::load_head_tile<kTileQ, kBoxes>(stage, args.tma_q, full, at_step.head, q_row);
     });

@@ -333,8 +333,12 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
   const int32_t len = tile.m_end - tile.m_offset;
   const int32_t kv_first = tile.m_block * int32_t(kTileN);
   const pl::attn::QueryWalk walk = pl::attn::query_walk(tile, args.kv_group);
-  pl::attn::QueryStep qs = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
+  // The walk runs over slots; each step's query tile is its slot's (the q_tiles
+  // function: the slot itself, or a BlockMask's block).
+  pl::attn::QueryStep slot = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
+    const pl::attn::QueryStep qs{
+        slot.head, pl_attn_bwd_umma_core_q_tiles_q_tile(k, tile, slot.head, slot.q_tile)};
     StepTile t{qs.q_tile * int32_t(kTileQ), kv_first + int32_t(row), kv_first, len, false};
     const uint32_t stats = at.smem.stats + (st.s.phase & 1) * kStatsBytes;
     stage_stats(args, tile, qs.head, t.q_first, len, stats, row);
@@ -363,7 +367,9 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
     pl::tcgen05::fence_after_thread_sync();
     float* dq_column = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
                        size_t(qs.head) * kHeadDim + row;
-    if (args.deterministic != 0) {
+    // Deterministic turns count the key tiles the mask's kv_range gives a query tile;
+    // mapped slots (a BlockMask's) skip tiles, so there the sums go in any order.
+    if (pl_attn_bwd_umma_core_q_tiles_contiguous(k) && args.deterministic != 0) {
       uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
       if (row == 0) pl::counter_wait(turn, my_turn(k, tile, t));
       pl::named_sync(at.bar.turn, kTileN);
@@ -373,6 +379,6 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
     } else {
       add_query_grads(lanes + at.tmem.dq, dq_column, args.heads, t);
     }
-    qs = walk.next(qs);
+    slot = walk.next(slot);
   }
 }

@@ -3,9 +3,10 @@ attn_block_sparse, attn_softcap, attn_alibi: one core object, the masks, score
 modifiers, block layouts and schedulers linked into it) against an fp32 PyTorch
 reference, per element, on fresh random inputs. O and LSE are poisoned with NaN first,
 so a tile left unwritten, a row written for the wrong sequence or head, or one wrong
-key tile fails. The backward kernels of attn_causal, attn_dense, attn_sliding and
-attn_document (one attn_bwd_core object) against autograd through the fp32 reference,
-every output poisoned, directly and through the recipes' autograd ops."""
+key tile fails. The backward kernels of attn_causal, attn_dense, attn_sliding,
+attn_document and attn_block_sparse (one attn_bwd_core object) against autograd through
+the fp32 reference (and FlexAttention's backward for BlockMasks), every output
+poisoned, directly and through the recipes' autograd ops."""
 
 from __future__ import annotations
 
@@ -116,9 +117,9 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 
 BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
-            "attn_causal_deterministic")
+            "attn_causal_deterministic", "attn_block_sparse")
 BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
-               "attn_sliding_d64")
+               "attn_sliding_d64", "attn_document_d64", "attn_block_sparse_d64")
 GRAD_CASES = [  # recipe, B, S, H, HKV
     ("attn_causal", 2, 256, 4, 4),      # whole tiles
     ("attn_causal", 1, 1000, 4, 2),     # S not a multiple of either tile, GQA
@@ -315,8 +316,7 @@ def test_block_sparse_reads_flex_block_masks(build_dir, mode, recipe, b, s, h, h
                            device="cuda")
     o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
     lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
-    op(q, k, v, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices,
-       out=(o, lse))
+    op(q, k, v, *pipelink.block_mask_tensors(bm), out=(o, lse))
     at = torch.arange(s, device="cuda")
     keep = mask_mod(torch.arange(b, device="cuda")[:, None, None, None],
                     torch.arange(h, device="cuda")[None, :, None, None],
@@ -334,6 +334,88 @@ def test_block_sparse_reads_flex_block_masks(build_dir, mode, recipe, b, s, h, h
     flex = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                           block_mask=bm, enable_gqa=groups > 1).transpose(1, 2)
     torch.testing.assert_close(o.float(), flex.float(), atol=O_ATOL, rtol=O_RTOL)
+
+
+SPARSE_GRADS = [  # B, S, H, HKV, BlockMask kind: one column for every head, or one per
+    (1, 1000, 4, 2, "broadcast"),         # head with a K/V head each
+    (2, 640, 2, 2, "per_head"),
+    (1, 500, 2, 1, "holes"),              # query block 1 sees nothing: its rows add nothing
+]
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe", ["attn_block_sparse", "attn_block_sparse_d64"])
+@pytest.mark.parametrize("b,s,h,hkv,kind", SPARSE_GRADS)
+def test_block_sparse_gradients_follow_the_block_mask(build_dir, mode, recipe, b, s, h, hkv,
+                                                      kind):
+    """attn_block_sparse's backward walks each key tile's query blocks from the
+    BlockMask's transposed tensors: the kernel launched directly with every output
+    poisoned, then the autograd op, against autograd through the fp32 reference of the
+    same mask_mod and against FlexAttention's backward."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    import pipelink
+    ks = pipelink.load(build_dir / mode / recipe)
+    d = head_dim(recipe)
+    q, k, v = inputs(b, s, h, hkv, d, seed=5 * s + h)
+    d_o = torch.randn(q.shape, device="cuda",
+                      generator=torch.Generator(device="cuda").manual_seed(s + 1)).to(q.dtype)
+    mask_mod = sparse_mask_mod(kind)
+    broadcast = kind != "per_head"
+    bm = create_block_mask(mask_mod, None if broadcast else b, None if broadcast else h, s, s,
+                           device="cuda")
+    at = torch.arange(s, device="cuda")
+    keep = mask_mod(torch.arange(b, device="cuda")[:, None, None, None],
+                    torch.arange(h, device="cuda")[None, :, None, None],
+                    at[None, None, :, None], at[None, None, None, :])
+    groups = h // hkv
+
+    def masked_reference(qx, kx, vx):  # noqa: ANN001, ANN202
+        qf, kf, vf = (t.float().transpose(1, 2) for t in (qx, kx, vx))
+        kf, vf = kf.repeat_interleave(groups, dim=1), vf.repeat_interleave(groups, dim=1)
+        scores = (qf @ kf.transpose(-1, -2) / math.sqrt(d)).masked_fill(~keep, float("-inf"))
+        p = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+        return (p @ vf).transpose(1, 2)
+
+    leaves = [t.float().requires_grad_(True) for t in (q, k, v)]
+    masked_reference(*leaves).backward(d_o.float())
+    want = [t.grad for t in leaves]
+    tensors = pipelink.block_mask_tensors(bm)
+    o, lse = ks.forward(q, k, v, *tensors)
+    nan = float("nan")
+    out = (torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan),
+           torch.full((h, 2, b * s), nan, device="cuda"),
+           torch.full(q.shape, nan, device="cuda"),
+           torch.full((h, b * s // 64 + b + 1), -7, device="cuda", dtype=torch.int32))
+    ks.backward(d_o, q, k, v, o, lse, *tensors[4:], out=out)
+    for name, got, ref in zip(("dq", "dk", "dv"), out, want, strict=False):
+        _close_grad(name, got, ref)
+    ours = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ks(*ours, *tensors)[0].backward(d_o)
+    flex = [t.clone().transpose(1, 2).requires_grad_(True) for t in (q, k, v)]
+    flex_attention(*flex, block_mask=bm, enable_gqa=groups > 1).backward(d_o.transpose(1, 2))
+    for name, leaf, ref, theirs in zip(("q", "k", "v"), ours, want, flex, strict=True):
+        _close_grad(f"{name}.grad", leaf.grad, ref)
+        _close_grad(f"{name}.grad against Flex", leaf.grad, theirs.grad.transpose(1, 2).float())
+
+
+def test_a_per_head_block_mask_with_shared_kv_heads_is_refused(build_dir):
+    """The backward walks one BlockMask column for all query heads of a K/V head: a mask
+    that differs per head needs one query head per K/V head, and says so before launch."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    import pipelink
+    from pipelink.errors import PipeLinkError
+    ks = pipelink.load(build_dir / "sm_90a" / "attn_block_sparse")
+    q, k, v = inputs(1, 256, 4, 2, 128, seed=9)
+    bm = create_block_mask(sparse_mask_mod("per_head"), 1, 4, 256, 256, device="cuda")
+    tensors = pipelink.block_mask_tensors(bm)
+    o, lse = ks.forward(q, k, v, *tensors)
+    with pytest.raises(PipeLinkError, match=r"\(MH - 1\) \* \(H - HKV\) == 0"):
+        ks.backward(torch.randn_like(q), q, k, v, o, lse, *tensors[4:])
+    torch.cuda.synchronize()
 
 
 def paged(k, page: int, spare: int, seed: int):  # noqa: ANN001, ANN201
@@ -470,5 +552,5 @@ def test_a_block_mask_of_another_block_size_is_refused(build_dir):
     bm = create_block_mask(lambda b, h, q_, kv: q_ >= kv, None, None, 512, 512, device="cuda",
                            BLOCK_SIZE=64)
     with pytest.raises(PipeLinkError, match="QB == ceil_div"):
-        op(q, k, v, bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices)
+        op(q, k, v, *pipelink.block_mask_tensors(bm))
     torch.cuda.synchronize()

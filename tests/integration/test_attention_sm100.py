@@ -62,9 +62,11 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
 
 # Backward kernels built for sm_100a (attn_bwd_umma_core: head dim 128; with no_mask the
 # link refuses it for spilling) and those built for sm_90a only.
-BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_sliding")
+BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_sliding",
+                 "attn_block_sparse")
 BACKWARD_HOPPER = ("attn_dense", "attn_document", "attn_causal_d64", "attn_dense_d64",
-                   "attn_sliding_d64", "attn_causal_d64_deterministic", "attn_document_d64")
+                   "attn_sliding_d64", "attn_causal_d64_deterministic", "attn_document_d64",
+                   "attn_block_sparse_d64")
 
 
 @pytest.mark.parametrize("name", BACKWARD_BOTH)
