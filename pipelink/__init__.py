@@ -23,3 +23,17 @@ def block_mask_tensors(block_mask):  # noqa: ANN001, ANN201  (a FlexAttention Bl
     :func:`pipelink.runtime.flex.block_mask_tensors`)."""
     from .runtime.flex import block_mask_tensors as _tensors
     return _tensors(block_mask)
+
+
+def ring_attention(kernels, q, k, v, group=None):  # noqa: ANN001, ANN201  (torch tensors)
+    """Context-parallel causal attention over a process group's ranks (see
+    :func:`pipelink.runtime.ring.ring_attention`)."""
+    from .runtime.ring import ring_attention as _ring_attention
+    return _ring_attention(kernels, q, k, v, group)
+
+
+def zigzag_shard(x, rank: int, world: int, dim: int = 1):  # noqa: ANN001, ANN201
+    """This rank's zigzag shard of a whole sequence (see
+    :func:`pipelink.runtime.ring.zigzag_shard`)."""
+    from .runtime.ring import zigzag_shard as _shard
+    return _shard(x, rank, world, dim)

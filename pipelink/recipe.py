@@ -186,6 +186,7 @@ def load_recipe(path: Path | str) -> Recipe:
     path = Path(path)
     data = _document(path, ())
     where = str(path)
+    data = _with_likes(data, where)
     data = _with_constants(data, where)
     schema_error(_VALIDATOR, data, where, RecipeError)
     if "kernels" in data:
@@ -248,6 +249,40 @@ def _document(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
                           "their builds would overwrite each other", where=f"{path}: recipe",
                           hint=f"name it '{path.stem}'")
     return merged
+
+
+def _with_likes(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """Each kernel that says ``like: <another kernel>`` written over that kernel (as
+    ``extends:`` writes a recipe over its base), so variants of one kernel differ in a
+    few lines: ``forward_later: {like: forward, instances: {mask: ...}}``."""
+    kernels = data.get("kernels")
+    if not isinstance(kernels, dict) or not any(
+            isinstance(k, dict) and "like" in k for k in kernels.values()):
+        return data
+    resolved: dict[str, Any] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> Any:
+        if name in resolved:
+            return resolved[name]
+        kernel = kernels[name]
+        if not isinstance(kernel, dict) or "like" not in kernel:
+            resolved[name] = kernel
+            return kernel
+        like = kernel["like"]
+        key = f"{where}: kernels.{name}.like"
+        if not isinstance(like, str) or like not in kernels:
+            raise RecipeError(f"kernel '{name}' is like {like!r}, which is not a kernel of "
+                              "this recipe", where=key,
+                              hint="its kernels: " + ", ".join(sorted(kernels)))
+        if like in (*chain, name):
+            raise RecipeError("kernels are like each other in a cycle: "
+                              + " -> ".join((*chain, name, like)), where=key,
+                              hint="one kernel of the cycle must be written out")
+        own = {k: v for k, v in kernel.items() if k != "like"}
+        resolved[name] = _merge(resolve(like, (*chain, name)), own)
+        return resolved[name]
+
+    return {**data, "kernels": {name: resolve(name, ()) for name in kernels}}
 
 
 _CONSTANT = re.compile(r"\$(\w+)")

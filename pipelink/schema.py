@@ -281,7 +281,10 @@ PHASES = {**_map(_obj({
                                 "phase by phase on shared warps, in an order that puts each "
                                 "phase after the ones it names"), "minProperties": 1}
 
-KERNEL = _obj({"instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH, "phases": PHASES,
+KERNEL = _obj({"like": {**IDENT, "description": "another kernel of the recipe this one is "
+                                                "written over (as extends: writes a recipe "
+                                                "over its base): a variant in a few lines"},
+               "instances": INSTANCES, "connect": CONNECT, "launch": LAUNCH, "phases": PHASES,
                "arch": {"type": "array", "items": {"enum": ARCHS}, "minItems": 1,
                         "uniqueItems": True,
                         "description": "the archs this kernel builds, some of the recipe's "

@@ -101,3 +101,41 @@ def test_a_component_written_over_a_per_arch_choice_replaces_it(tmp_path):
         assert store.params == {"tile_m": 128, "buffers": 1}
     assert load_recipe(tmp_path / "base.yaml").instances("sm_100a")["store"].component == \
         "b_store"
+
+
+# -- a kernel like another (kernels.<name>.like) -------------------------------------------
+
+def test_a_kernel_like_another_is_written_over_it():
+    """attn_cp_ring's forward_later is forward_earlier (itself attn_causal's forward with
+    zigzag_mask) but for the mask's relation: every other instance, connection, bind and
+    require is the forward's."""
+    data = load_recipe(RECIPES / "attn_cp_ring.yaml").data["kernels"]
+    forward, earlier, later = data["forward"], data["forward_earlier"], data["forward_later"]
+    assert "like" not in later
+    assert later["instances"]["mask"] == {"component": "zigzag_mask", "params": {"relation": 2}}
+    assert earlier["instances"]["mask"]["params"] == {"relation": 1}
+    assert {n: i for n, i in later["instances"].items() if n != "mask"} == \
+        {n: i for n, i in forward["instances"].items() if n != "mask"}
+    assert later["connect"] == forward["connect"]
+    assert later["launch"]["bind"] == {**forward["launch"]["bind"], "mask.half": "S // 2"}
+    assert "S % 2 == 0" in later["launch"]["require"]
+    backward = data["backward_later"]
+    assert backward["phases"] == data["backward"]["phases"]
+    assert backward["instances"]["mask"]["params"] == {"relation": 2}
+
+
+@pytest.mark.parametrize("kernels,words", [
+    ({"a": {"like": "b", "instances": {}}}, ["kernel 'a' is like 'b', which is not a kernel",
+                                              "kernels.a.like", "its kernels: a"]),
+    ({"a": {"like": "b"}, "b": {"like": "a"}}, ["cycle: a -> b -> a", "kernels.b.like"]),
+    ({"a": {"like": "a"}}, ["cycle: a -> a"]),
+])
+def test_bad_likes_are_refused_naming_the_kernel(tmp_path, kernels, words):
+    import yaml
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"recipe": "r", "arch": ["sm_90a"], "kernels": kernels}))
+    with pytest.raises(RecipeError) as err:
+        load_recipe(path)
+    text = str(err.value) + " " + (err.value.where or "") + " " + (err.value.hint or "")
+    for word in words:
+        assert word in text, text
