@@ -20,7 +20,8 @@ O_ATOL, O_RTOL = 1.5e-2, 2e-2   # P rounded to bf16 before P V, O rounded to bf1
 LSE_ATOL = 2e-3                  # fp32 softmax statistics (MUFU exp2 and log)
 SOFTCAP = 30.0
 ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sliding",
-             "attn_document", "attn_block_sparse", "attn_paged", "attn_causal_deterministic")
+             "attn_document", "attn_block_sparse", "attn_paged", "attn_causal_deterministic",
+             "attn_document_ids")
 # Recipes built at head dim 64 (their own core objects); every other one is at 128.
 HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
                "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64",
@@ -60,15 +61,18 @@ def scores_of(recipe: str, s):  # noqa: ANN001, ANN201
     return s.masked_fill(~keep, float("-inf"))
 
 
-def reference(q, k, v, recipe: str):  # noqa: ANN001, ANN201
-    """O [B, S, H, D] and LSE [B, H, S] in fp32; K/V heads repeated for GQA."""
+def reference(q, k, v, recipe: str, keep=None):  # noqa: ANN001, ANN201
+    """O [B, S, H, D] and LSE [B, H, S] in fp32; K/V heads repeated for GQA. `keep`
+    (broadcast to [B, H, S, S]), where given, is the mask instead of the recipe's; a row
+    it leaves without keys gets O = 0 and LSE = -inf."""
     import torch
     groups = q.shape[2] // k.shape[2]
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
     kf, vf = kf.repeat_interleave(groups, dim=1), vf.repeat_interleave(groups, dim=1)
-    s = scores_of(recipe, qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1]))
+    s = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = scores_of(recipe, s) if keep is None else s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    o = torch.softmax(s, dim=-1) @ vf
+    o = torch.nan_to_num(torch.softmax(s, dim=-1), nan=0.0) @ vf
     return o.transpose(1, 2), lse
 
 
@@ -117,7 +121,7 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 
 BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
-            "attn_causal_deterministic", "attn_block_sparse")
+            "attn_causal_deterministic", "attn_block_sparse", "attn_document_ids")
 BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
                "attn_sliding_d64", "attn_document_d64", "attn_block_sparse_d64")
 GRAD_CASES = [  # recipe, B, S, H, HKV
@@ -144,10 +148,10 @@ def _close_grad(name: str, got, want) -> None:  # noqa: ANN001
                                msg=lambda m: f"{name}: {m}")
 
 
-def grad_reference(q, k, v, d_o, recipe: str):  # noqa: ANN001, ANN201
+def grad_reference(q, k, v, d_o, recipe: str, keep=None):  # noqa: ANN001, ANN201
     """dQ, dK, dV in fp32 by autograd through the fp32 reference."""
     leaves = [t.float().requires_grad_(True) for t in (q, k, v)]
-    o, _ = reference(*leaves, recipe)
+    o, _ = reference(*leaves, recipe, keep)
     o.backward(d_o.float())
     return [t.grad for t in leaves]
 
@@ -277,6 +281,107 @@ def test_document_gradients_stay_within_documents(build_dir, mode, recipe, lengt
         begin += n
 
 
+DOCUMENT_IDS = [  # document lengths, the first document's id, H, HKV
+    ([300, 1, 129, 700], 0, 4, 2),      # a one-token document, boundaries inside tiles
+    ([128, 256, 17], 5, 2, 2),          # ids need not start at 0; boundaries on tiles
+    ([1000], 0, 2, 1),                  # one document: causal attention, MQA
+]
+
+
+def document_ids(lengths: list[int], first: int):  # noqa: ANN201
+    """The id of each token's document: `first`, `first` + 1, ... run by run."""
+    import torch
+    ids = torch.arange(first, first + len(lengths), device="cuda")
+    return ids.repeat_interleave(torch.tensor(lengths, device="cuda")).to(torch.int32)
+
+
+def document_keep(ids):  # noqa: ANN001, ANN201
+    """FlexAttention's document mask_mod, causal, as a [S, S] mask."""
+    import torch
+    at = torch.arange(ids.numel(), device=ids.device)
+    return (ids[:, None] == ids[None, :]) & (at[:, None] >= at[None, :])
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("lengths,first,h,hkv", DOCUMENT_IDS)
+def test_document_ids_match_pytorch_and_flex(build_dir, mode, lengths, first, h, hkv):
+    """attn_document_ids: one packed sequence, a document id per token; each token
+    attends causally within its document. Against the fp32 reference of the same mask
+    and FlexAttention with the document mask_mod, O and LSE poisoned first."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    import pipelink
+    op = pipelink.load(build_dir / mode / "attn_document_ids")
+    total = sum(lengths)
+    q, k, v = inputs(1, total, h, hkv, 128, seed=total + first)
+    ids = document_ids(lengths, first)
+    o = torch.full((1, total, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((1, h, total), float("nan"), device="cuda", dtype=torch.float32)
+    op(q, k, v, ids, out=(o, lse))
+    want_o, want_lse = reference(q, k, v, "attn_causal", document_keep(ids))
+    torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
+    torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
+
+    def mask_mod(b, hh, qi, kv):  # noqa: ANN001, ANN202
+        return (ids[qi] == ids[kv]) & (qi >= kv)
+
+    bm = create_block_mask(mask_mod, None, None, total, total, device="cuda")
+    flex = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                          block_mask=bm, enable_gqa=h != hkv).transpose(1, 2)
+    torch.testing.assert_close(o.float(), flex.float(), atol=O_ATOL, rtol=O_RTOL)
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("lengths,first,h,hkv", DOCUMENT_IDS[:2])
+def test_document_id_gradients_stay_within_documents(build_dir, mode, lengths, first, h, hkv):
+    """attn_document_ids' backward kernel, every output poisoned, then its autograd op,
+    against autograd through the fp32 reference of the document mask."""
+    import torch
+
+    import pipelink
+    ks = pipelink.load(build_dir / mode / "attn_document_ids")
+    total = sum(lengths)
+    q, k, v = inputs(1, total, h, hkv, 128, seed=5 * total + first)
+    ids = document_ids(lengths, first)
+    d_o = torch.randn(q.shape, device="cuda",
+                      generator=torch.Generator(device="cuda").manual_seed(total)).to(q.dtype)
+    want = grad_reference(q, k, v, d_o, "attn_causal", document_keep(ids))
+    o, lse = ks.forward(q, k, v, ids)
+    nan = float("nan")
+    out = (torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan),
+           torch.full((h, 2, total), nan, device="cuda"), torch.full(q.shape, nan, device="cuda"),
+           torch.full((h, total // 64 + 2), -7, device="cuda", dtype=torch.int32))
+    ks.backward(d_o, q, k, v, o, lse, ids, out=out)
+    for name, got, ref in zip(("dq", "dk", "dv"), out, want, strict=False):
+        _close_grad(name, got, ref)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ks(*leaves, ids)[0].backward(d_o)
+    for name, leaf, ref in zip(("q.grad", "k.grad", "v.grad"), leaves, want, strict=True):
+        _close_grad(name, leaf.grad, ref)
+
+
+def test_bad_document_ids_are_refused_before_launch(build_dir):
+    """Ids that run backwards (one document in two places) and a batch of two
+    sequences (the ids number one packed sequence) are refused; nothing is written."""
+    import torch
+
+    import pipelink
+    from pipelink.errors import PipeLinkError
+    op = pipelink.load(build_dir / "sm_90a" / "attn_document_ids")
+    q, k, v = inputs(1, 300, 2, 2, 128, seed=13)
+    o = torch.full((1, 300, 2, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    ids = document_ids([100, 200], 0)
+    ids[150] = 0
+    with pytest.raises(PipeLinkError, match="must not decrease, but entry 150 is 0 after 1"):
+        op(q, k, v, ids, out=(o, torch.empty(1, 2, 300, device="cuda")))
+    assert bool(o.isnan().all())
+    q2, k2, v2 = inputs(2, 300, 2, 2, 128, seed=14)
+    with pytest.raises(PipeLinkError, match="B == 1"):
+        op(q2, k2, v2, document_ids([300], 0))
+    torch.cuda.synchronize()
+
+
 def sparse_mask_mod(kind: str):  # noqa: ANN201
     """A block-sparse causal mask_mod: causal inside each 128 x 128 block, and a block
     pattern over blocks (per head for 'per_head'; 'holes' leaves query block 1 seeing
@@ -322,13 +427,9 @@ def test_block_sparse_reads_flex_block_masks(build_dir, mode, recipe, b, s, h, h
                     torch.arange(h, device="cuda")[None, :, None, None],
                     at[None, None, :, None], at[None, None, None, :])
     groups = h // hkv
-    qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
-    kf, vf = kf.repeat_interleave(groups, dim=1), vf.repeat_interleave(groups, dim=1)
-    scores = (qf @ kf.transpose(-1, -2) / math.sqrt(d)).masked_fill(~keep, float("-inf"))
-    want_lse = torch.logsumexp(scores, dim=-1)
-    want_o = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0) @ vf
+    want_o, want_lse = reference(q, k, v, recipe, keep)
     torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
-    torch.testing.assert_close(o.float(), want_o.transpose(1, 2), atol=O_ATOL, rtol=O_RTOL)
+    torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
     seen = keep.any(dim=-1)                                   # [b or 1, h or 1, s]
     assert bool((lse[~seen.expand(b, h, s)] == float("-inf")).all())
     flex = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
