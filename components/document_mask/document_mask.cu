@@ -69,9 +69,11 @@ extern "C" __device__ bool pl_document_mask_mask_partial(const pl_place_document
          document_of(args, max(q_end, kv_end) - 1);
 }
 
+// The cores ask only about keys inside the sequence (kv < kv_len), so a key reads its id
+// unclamped; a query may lie past the last token.
 extern "C" __device__ bool pl_document_mask_mask_keep(const pl_place_document_mask&,
                                                       const pl_args_document_mask& args,
                                                       const pl::KernelInfo&, int32_t q,
                                                       int32_t kv) {
-  return (!kCausal || kv <= q) && document_of(args, q) == document_of(args, kv);
+  return (!kCausal || kv <= q) && document_of(args, q) == __ldg(args.doc_ids + kv);
 }
