@@ -25,11 +25,11 @@ def block_mask_tensors(block_mask):  # noqa: ANN001, ANN201  (a FlexAttention Bl
     return _tensors(block_mask)
 
 
-def ring_attention(kernels, q, k, v, group=None):  # noqa: ANN001, ANN201  (torch tensors)
+def ring_attention(kernels, q, k, v, group=None, ring=None):  # noqa: ANN001, ANN201
     """Context-parallel causal attention over a process group's ranks (see
     :func:`pipelink.runtime.ring.ring_attention`)."""
     from .runtime.ring import ring_attention as _ring_attention
-    return _ring_attention(kernels, q, k, v, group)
+    return _ring_attention(kernels, q, k, v, group, ring)
 
 
 def zigzag_shard(x, rank: int, world: int, dim: int = 1):  # noqa: ANN001, ANN201
