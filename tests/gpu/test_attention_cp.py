@@ -1,9 +1,11 @@
 """Context-parallel ring attention (recipes/attn_cp_ring, pipelink.ring_attention) on
 GPUs: every rank's O, LSE, dQ, dK and dV, gathered, against an fp32 reference of causal
 attention over the whole sequence, per element, every step's kernel outputs poisoned
-with NaN first (on one GPU). On one GPU the ranks are threads passing tensors through queues (the
-steps' kernels and the merge are the real ones; the transport is not NCCL); on 2 and 4
-GPUs they are processes joined by NCCL (NCCL_NVLS_ENABLE=0)."""
+with NaN first (on one GPU). On one GPU the ranks are threads, passing tensors through
+queues or through pipelink.runtime.copy_ring's slots and stream flags (the steps'
+kernels, the merge and the copy transport are the real ones); on 2 and 4 GPUs they are
+processes joined by NCCL (NCCL_NVLS_ENABLE=0), the ring over NCCL or over symmetric
+memory."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import socket
 import threading
 
 import pytest
+
+from pipelink.runtime.copy_ring import SLOTS, Channel, CopyEngineRing
 
 pytestmark = pytest.mark.gpu
 
@@ -99,26 +103,53 @@ class ThreadRing:
         return type("Pending", (), {"wait": lambda _self: box.get(timeout=120)})()
 
 
-@pytest.mark.parametrize("world,s,h,hkv", [(2, 1024, 4, 2), (4, 2048, 2, 2), (2, 512, 2, 1)])
-def test_the_ring_on_one_gpu_matches_whole_sequence_attention(build_dir, world, s, h, hkv):
-    """The ranks as threads on one GPU, each its own stream: the ring's steps (own,
-    earlier and later K/V through attn_cp_ring's kernels), the merge and the backward's
-    travelling dK and dV, against the reference on the whole sequence."""
+class LocalCopyRing(CopyEngineRing):
+    """pipelink.runtime.copy_ring's transport with the ranks as threads on one GPU: each
+    rank's inbox and flags are plain tensors here, the "peer" views the other threads'
+    tensors (the copies, stream flags and slot turns are the real ones)."""
+
+    _shared: dict = {}
+    _lock = threading.Lock()
+
+    def __init__(self, rank: int, world: int, tag: str) -> None:  # no process group
+        import torch
+        self.rank, self.world, self._tag = rank, world, tag
+        self._side = torch.cuda.Stream()
+        self._channels: dict = {}
+
+    def _channel(self, like: list) -> Channel:
+        import torch
+        key = (self._tag, tuple((tuple(t.shape), t.dtype) for t in like))
+        with self._lock:
+            if key not in self._shared:
+                self._shared[key] = [
+                    ([[torch.empty_like(t) for t in like] for _ in range(SLOTS)],
+                     torch.zeros(2, dtype=torch.int32, device=like[0].device))
+                    for _ in range(self.world)]
+        ranks = self._shared[key]
+        inbox, flags = ranks[self.rank]
+        next_inbox, next_flags = ranks[(self.rank + 1) % self.world]
+        _, prev_flags = ranks[(self.rank - 1) % self.world]
+        return Channel(inbox, flags[0:1], flags[1:2], next_inbox, next_flags[0:1],
+                       prev_flags[1:2])
+
+
+def run_ranks(world: int, make_ring, kernels, tensors) -> list[dict]:  # noqa: ANN001
+    """Every rank as a thread with its own stream: the ring forward and backward
+    (pipelink.runtime.ring's steps, called directly: autograd runs a device's backward
+    functions on one thread, which would serialise the ranks)."""
     import torch
 
     import pipelink
     from pipelink.runtime.ring import _ring_backward, _ring_forward
-    kernels = Poisoned(pipelink.load(build_dir / "sm_90a" / "attn_cp_ring"))
-    (q, k, v, d_o), want = whole(2, s, h, hkv, 128, seed=s + world)
-    boxes = [queue.Queue() for _ in range(world)]
     got: list[dict] = [{} for _ in range(world)]
     errors: list[BaseException] = []
 
     def rank(r: int) -> None:
         try:
             with torch.cuda.stream(torch.cuda.Stream()):
-                ring = ThreadRing(boxes, r)
-                mine = [pipelink.zigzag_shard(t, r, world) for t in (q, k, v, d_o)]
+                ring = make_ring(r)
+                mine = [pipelink.zigzag_shard(t, r, world) for t in tensors]
                 o, lse = _ring_forward(kernels, ring, *mine[:3])
                 grads = _ring_backward(kernels, ring, mine[3], *mine[:3], o, lse)
                 torch.cuda.current_stream().synchronize()
@@ -133,10 +164,37 @@ def test_the_ring_on_one_gpu_matches_whole_sequence_attention(build_dir, world, 
         t.join()
     if errors:
         raise errors[0]
-    check(got, want)
+    return got
 
 
-def _rank(rank: int, world: int, port: int, build: str, out: str) -> None:
+@pytest.mark.parametrize("world,s,h,hkv", [(2, 1024, 4, 2), (4, 2048, 2, 2), (2, 512, 2, 1)])
+def test_the_ring_on_one_gpu_matches_whole_sequence_attention(build_dir, world, s, h, hkv):
+    """The ranks as threads on one GPU passing tensors through queues: the ring's steps
+    (own, earlier and later K/V through attn_cp_ring's kernels), the merge and the
+    backward's travelling dK and dV, against the reference on the whole sequence."""
+    import pipelink
+    kernels = Poisoned(pipelink.load(build_dir / "sm_90a" / "attn_cp_ring"))
+    tensors, want = whole(2, s, h, hkv, 128, seed=s + world)
+    boxes = [queue.Queue() for _ in range(world)]
+    check(run_ranks(world, lambda r: ThreadRing(boxes, r), kernels, tensors), want)
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_the_copy_engine_ring_on_one_gpu_matches_whole_sequence_attention(build_dir, world):
+    """pipelink.runtime.copy_ring (peer copies on a side stream, flags the streams write
+    and wait on, two slots in turn) with the ranks as threads on one GPU: the forward,
+    then the backward, whose dK and dV sums take a channel of their own, twice over (the
+    counters and slots carry on from one call to the next)."""
+    import pipelink
+    kernels = Poisoned(pipelink.load(build_dir / "sm_90a" / "attn_cp_ring"))
+    rings = [LocalCopyRing(r, world, tag=f"copy{world}") for r in range(world)]
+
+    for seed in (1, 2):
+        tensors, want = whole(1, 1024 * world, 4, 2, 128, seed=seed)
+        check(run_ranks(world, rings.__getitem__, kernels, tensors), want)
+
+
+def _rank(rank: int, world: int, port: int, build: str, out: str, transport: str) -> None:
     import torch
     import torch.distributed as dist
 
@@ -149,7 +207,8 @@ def _rank(rank: int, world: int, port: int, build: str, out: str) -> None:
         kernels = pipelink.load(f"{build}/sm_90a/attn_cp_ring")
         (q, k, v, d_o), _ = whole(1, 4096, 4, 2, 128, seed=11)
         mine = [pipelink.zigzag_shard(t, rank, world).requires_grad_(True) for t in (q, k, v)]
-        o, lse = pipelink.ring_attention(kernels, *mine)
+        ring = CopyEngineRing() if transport == "copy" else None     # None: NCCL
+        o, lse = pipelink.ring_attention(kernels, *mine, ring=ring)
         o.backward(pipelink.zigzag_shard(d_o, rank, world))
         torch.save({"o": o.detach().cpu(), "lse": lse.cpu(),
                     "grads": [t.grad.cpu() for t in mine]}, f"{out}/{rank}.pt")
@@ -157,8 +216,12 @@ def _rank(rank: int, world: int, port: int, build: str, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("transport", ["nccl", "copy"])
 @pytest.mark.parametrize("world", [2, 4])
-def test_the_ring_over_nccl_matches_whole_sequence_attention(build_dir, tmp_path, world):
+def test_the_ring_over_gpus_matches_whole_sequence_attention(build_dir, tmp_path, world,
+                                                             transport):
+    """2 and 4 processes, a GPU each: the ring over NCCL, and over symmetric memory
+    with copy engines (pipelink.runtime.copy_ring)."""
     import torch
     import torch.multiprocessing as mp
     if torch.cuda.device_count() < world:
@@ -166,8 +229,8 @@ def test_the_ring_over_nccl_matches_whole_sequence_attention(build_dir, tmp_path
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.start_processes(_rank, args=(world, port, str(build_dir), str(tmp_path)), nprocs=world,
-                       start_method="spawn")
+    mp.start_processes(_rank, args=(world, port, str(build_dir), str(tmp_path), transport),
+                       nprocs=world, start_method="spawn")
     got = [{key: (value.cuda() if torch.is_tensor(value) else [g.cuda() for g in value])
             for key, value in torch.load(tmp_path / f"{r}.pt").items()} for r in range(world)]
     _, want = whole(1, 4096, 4, 2, 128, seed=11)
