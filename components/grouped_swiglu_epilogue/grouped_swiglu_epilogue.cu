@@ -37,10 +37,8 @@ extern "C" __device__ void pl_grouped_swiglu_epilogue_store(
   const uint32_t thread = pl::thread_in_role(at.role.store);
   const uint32_t first_row = pl::epi::warp_row(thread);
   const int32_t row0 = tile.first_row(kTileM);
-  const int32_t row_end = min(tile.m_end, int32_t(args.rows));   // this expert's rows
   const int32_t col0 = tile.n_block * int32_t(kOutN);
-  const Copy copy{args.out, int32_t(args.cols), row_end,
-                  args.cols % Copy::kPieceElems == 0};          // 16-byte aligned rows
+  const Copy copy = Copy::within(args.out, args.rows, args.cols, tile);   // this expert's rows
 #pragma unroll
   for (uint32_t c = 0; c < Shape::kChunks; ++c) {
     const uint32_t buffer = at.smem.staging + (c % kBuffers) * Shape::kStagingBytes;

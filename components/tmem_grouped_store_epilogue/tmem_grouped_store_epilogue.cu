@@ -36,8 +36,7 @@ extern "C" __device__ void pl_tmem_grouped_store_epilogue_store(
                   at.bar.staged, at.smem.staging};
   const int32_t row0 = tile.first_row(kTileM);
   const int32_t col0 = tile.n_block * int32_t(kTileN);
-  const Copy copy{args.c, int32_t(args.cols), min(tile.m_end, int32_t(args.rows)),
-                  args.cols % Copy::kPieceElems == 0};          // 16-byte aligned rows
+  const Copy copy = Copy::within(args.c, args.rows, args.cols, tile);
   walk.run(
       [](uint32_t buffer, uint32_t r, const float (&v)[kStoreN], uint32_t) {
         pl::epi::stage_row_bf16<kStoreN>(buffer, r, v);

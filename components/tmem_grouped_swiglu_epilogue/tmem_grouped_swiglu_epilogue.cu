@@ -40,8 +40,7 @@ extern "C" __device__ void pl_tmem_grouped_swiglu_epilogue_store(
                   at.bar.staged, at.smem.staging};
   const int32_t row0 = tile.first_row(kTileM);
   const int32_t col0 = tile.n_block * int32_t(kOutN);
-  const Copy copy{args.out, int32_t(args.cols), min(tile.m_end, int32_t(args.rows)),
-                  args.cols % Copy::kPieceElems == 0};          // 16-byte aligned rows
+  const Copy copy = Copy::within(args.out, args.rows, args.cols, tile);
   walk.run(
       [](uint32_t buffer, uint32_t r, const float (&v)[kChunkN], uint32_t) {
         pl::epi::stage_swiglu_row<kStoreN>(buffer, r, v);

@@ -20,6 +20,7 @@
 #include "pipelink/named_barrier.cuh"
 #include "pipelink/smem.cuh"
 #include "pipelink/tma.cuh"
+#include "pipelink/types.cuh"
 #include "pipelink/warp.cuh"
 
 namespace pl::epi {
@@ -209,6 +210,15 @@ struct BoundedCopy {
   int32_t cols;
   int32_t row_end;        // one past the last row this tile may write
   bool whole_pieces;      // rows are 16-byte aligned (cols % 8 == 0)
+
+  // The copy of one record's tile into C [rows, cols]: rows below both the record's
+  // m_end (grouped work: the next problem's rows follow) and C's own, whole 16-byte
+  // pieces where C's rows are 16-byte aligned.
+  __device__ __forceinline__ static BoundedCopy within(__nv_bfloat16* c, uint32_t rows,
+                                                       uint32_t cols, const WorkTile& tile) {
+    return BoundedCopy{c, int32_t(cols), min(tile.m_end, int32_t(rows)),
+                       cols % kPieceElems == 0};
+  }
 
   // Copies this thread's pieces of the chunk staged at `buffer`, whose top-left element
   // is C[row0][col0].
