@@ -29,8 +29,9 @@ extern "C" __device__ pl::WorkTile pl_attn_sparse_bwd_scheduler_schedule(
   // head's first query head (the same column for all when MH = 1, the only one when
   // kv_group = 1).
   const uint32_t head = uint32_t(t.head) * args.kv_group;
-  const uint32_t column = ((uint32_t(t.sequence) % args.mask_batch) * args.mask_heads +
-                           head % args.mask_heads) * args.kv_blocks + uint32_t(kv_block);
+  const uint32_t column = pl::attn::block_mask_row(uint32_t(t.sequence), head,
+                                                   uint32_t(kv_block), args.mask_batch,
+                                                   args.mask_heads, args.kv_blocks);
   // A column never lists more blocks than its index tensors hold: a corrupt count would
   // send the loader past them.
   const int32_t full = min(max(__ldg(args.full_q_num_blocks + column), 0), int32_t(args.q_blocks));

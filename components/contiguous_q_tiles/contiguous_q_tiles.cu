@@ -7,8 +7,7 @@ extern "C" __device__ int32_t pl_contiguous_q_tiles_q_tiles_q_tile(
   return slot;
 }
 
-extern "C" __device__ bool pl_contiguous_q_tiles_q_tiles_contiguous(const pl_place_contiguous_q_tiles&,
-                                                      const pl_args_contiguous_q_tiles&,
-                                                      const pl::KernelInfo&) {
+extern "C" __device__ bool pl_contiguous_q_tiles_q_tiles_contiguous(
+    const pl_place_contiguous_q_tiles&, const pl_args_contiguous_q_tiles&, const pl::KernelInfo&) {
   return true;
 }

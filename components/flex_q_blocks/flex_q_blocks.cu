@@ -11,20 +11,13 @@ constexpr int32_t kTilesPerBlock = Params::block / Params::tile_q;
 static_assert(Params::block % Params::tile_q == 0,
               "a BlockMask block is whole query tiles: make block a multiple of tile_q");
 
-// The BlockMask column of key block n of (sequence b, query head h), broadcast where the
-// mask was built for one sequence or one head (MB is 1 or B, MH 1 or H: the recipe's
-// require; a select, not a remainder, in the consumers' step loop).
-__device__ __forceinline__ uint32_t mask_column(const Args& args, const pl::WorkTile& tile,
-                                                int32_t head) {
-  const uint32_t b = args.mask_batch == 1 ? 0u : uint32_t(tile.group);
-  const uint32_t h = args.mask_heads == 1 ? 0u : uint32_t(head);
-  return (b * args.mask_heads + h) * args.kv_blocks + uint32_t(tile.m_block);
-}
-
 extern "C" __device__ int32_t pl_flex_q_blocks_q_tiles_q_tile(
     const pl_place_flex_q_blocks&, const Args& args, const pl::KernelInfo&,
     const pl::WorkTile& tile, int32_t head, int32_t slot) {
-  const uint32_t column = mask_column(args, tile, head);
+  // The column of key block m_block (the transposed tensors are [MB, MH, KB, QB]).
+  const uint32_t column = pl::attn::block_mask_row(uint32_t(tile.group), uint32_t(head),
+                                                   uint32_t(tile.m_block), args.mask_batch,
+                                                   args.mask_heads, args.kv_blocks);
   const int32_t nth = slot / kTilesPerBlock;
   const int32_t full = __ldg(args.full_q_num_blocks + column);
   const size_t first = size_t(column) * args.q_blocks;
@@ -33,8 +26,7 @@ extern "C" __device__ int32_t pl_flex_q_blocks_q_tiles_q_tile(
   return block * kTilesPerBlock + slot % kTilesPerBlock;
 }
 
-extern "C" __device__ bool pl_flex_q_blocks_q_tiles_contiguous(const pl_place_flex_q_blocks&,
-                                                      const pl_args_flex_q_blocks&,
-                                                      const pl::KernelInfo&) {
+extern "C" __device__ bool pl_flex_q_blocks_q_tiles_contiguous(
+    const pl_place_flex_q_blocks&, const pl_args_flex_q_blocks&, const pl::KernelInfo&) {
   return false;
 }

@@ -91,6 +91,18 @@ __device__ __forceinline__ Span query_steps(Span q_tiles, uint32_t group) {
   return Span{q_tiles.begin, q_tiles.begin + (q_tiles.end - q_tiles.begin) * int32_t(group)};
 }
 
+// The row of a FlexAttention BlockMask tensor [MB, MH, blocks] for block `block` of
+// (sequence, head): a mask built for one sequence or one head (MB or MH of 1) serves
+// all of them. MB is 1 or B and MH 1 or H (the recipes' require), so a select stands in
+// for the remainder, which costs the backward's register-bound loop a division.
+__device__ __forceinline__ uint32_t block_mask_row(uint32_t sequence, uint32_t head,
+                                                   uint32_t block, uint32_t mask_batch,
+                                                   uint32_t mask_heads, uint32_t blocks) {
+  const uint32_t b = mask_batch == 1 ? 0u : sequence;
+  const uint32_t h = mask_heads == 1 ? 0u : head;
+  return (b * mask_heads + h) * blocks + block;
+}
+
 // Where the forward keeps a query's log-sum-exp: element first_row * lse_rows + head *
 // lse_heads + q for query q of the sequence that starts at row first_row of Q: [B, H, S]
 // with lse_rows = H, lse_heads = S; [H, rows] (documents) with lse_rows = 1, lse_heads =
