@@ -24,7 +24,12 @@ from ..errors import RuntimeLaunchError
 
 SLOTS = 2
 _ARRIVED, _FREED = 0, 1           # the two int32 flags after a channel's inbox
-_FLAG_ALIGN = 16
+_FLAGS_BYTES = 2 * 4              # both, int32
+_ALIGN = 16                       # where each tensor of a slot, and the flags, start
+
+
+def _padded(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
 
 
 def _stream_handle(stream: Any) -> Any:
@@ -67,6 +72,7 @@ class Channel:
                  next_inbox: list[list[Any]], next_arrived: Any, prev_freed: Any) -> None:
         self.inbox, self.arrived, self.freed = inbox, arrived, freed
         self.next_inbox, self.next_arrived, self.prev_freed = next_inbox, next_arrived, prev_freed
+        self.mapping: Any = None   # the symmetric memory behind the views, kept alive
         self.sent = 0          # sends made (the next rank's receives)
         self.received = 0      # receives waited for
         self._lent: list[Any] | None = None      # the slot the last receive handed out
@@ -140,9 +146,10 @@ class CopyEngineRing:
         import torch.distributed as dist
         import torch.distributed._symmetric_memory as symm
         sizes = [t.numel() * t.element_size() for t in like]
-        slot_bytes = sum(-(-b // _FLAG_ALIGN) * _FLAG_ALIGN for b in sizes)
+        slot_bytes = sum(_padded(b) for b in sizes)
         flags_at = SLOTS * slot_bytes
-        buffer = symm.empty(flags_at + _FLAG_ALIGN, dtype=torch.uint8, device=like[0].device)
+        total = flags_at + _padded(_FLAGS_BYTES)
+        buffer = symm.empty(total, dtype=torch.uint8, device=like[0].device)
         buffer.zero_()
         handle = symm.rendezvous(buffer, self.group)
         torch.cuda.current_stream().synchronize()
@@ -151,16 +158,16 @@ class CopyEngineRing:
         prev_rank = (self.rank - 1) % self.world
 
         def views(rank: int) -> tuple[list[list[Any]], Any]:
-            whole = buffer if rank == self.rank else handle.get_buffer(
-                rank, (flags_at + _FLAG_ALIGN,), torch.uint8)
+            whole = buffer if rank == self.rank else handle.get_buffer(rank, (total,),
+                                                                       torch.uint8)
             slots = []
             for s in range(SLOTS):
                 at, slot = s * slot_bytes, []
                 for t, nbytes in zip(like, sizes, strict=True):
                     slot.append(whole[at:at + nbytes].view(t.dtype).view(t.shape))
-                    at += -(-nbytes // _FLAG_ALIGN) * _FLAG_ALIGN
+                    at += _padded(nbytes)
                 slots.append(slot)
-            return slots, whole[flags_at:flags_at + 8].view(torch.int32)
+            return slots, whole[flags_at:flags_at + _FLAGS_BYTES].view(torch.int32)
 
         inbox, flags = views(self.rank)
         next_inbox, next_flags = views(next_rank)
@@ -168,5 +175,5 @@ class CopyEngineRing:
         channel = Channel(inbox, flags[_ARRIVED:_ARRIVED + 1], flags[_FREED:_FREED + 1],
                           next_inbox, next_flags[_ARRIVED:_ARRIVED + 1],
                           prev_flags[_FREED:_FREED + 1])
-        channel.handle = handle        # the mapping lives as long as the channel
+        channel.mapping = handle
         return channel

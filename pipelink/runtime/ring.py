@@ -89,6 +89,17 @@ class _Pending:
         return self._received
 
 
+class Ready:
+    """A receive that has already happened (a transport that moves nothing, such as a
+    benchmark's ring without communication): wait() gives its tensors."""
+
+    def __init__(self, tensors: list[Any]) -> None:
+        self._tensors = tensors
+
+    def wait(self) -> list[Any]:
+        return self._tensors
+
+
 def merge_into(o_sum: Any, lse_sum: Any, o: Any, lse: Any) -> None:
     """Folds one step's output into the running one, in place: O [B, S, H, D] fp32 and
     LSE [B, H, S] (natural log; -inf: no key yet), as online softmax does per tile."""

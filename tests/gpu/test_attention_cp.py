@@ -99,8 +99,17 @@ class ThreadRing:
         sent = [t.clone() for t in tensors]
         torch.cuda.current_stream().synchronize()     # written before another stream reads
         self._boxes[(self.rank + 1) % self.world].put(sent)
-        box = self._boxes[self.rank]
-        return type("Pending", (), {"wait": lambda _self: box.get(timeout=120)})()
+        return QueuedReceive(self._boxes[self.rank])
+
+
+class QueuedReceive:
+    """ThreadRing's receive: the previous rank's tensors, taken off this rank's queue."""
+
+    def __init__(self, box: queue.Queue) -> None:
+        self._box = box
+
+    def wait(self) -> list:
+        return self._box.get(timeout=120)
 
 
 class LocalCopyRing(CopyEngineRing):
