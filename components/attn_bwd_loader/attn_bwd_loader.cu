@@ -12,11 +12,10 @@ constexpr uint32_t kBoxColumns = 128 / sizeof(Element);         // the maps' SWI
 constexpr uint32_t kBoxes = kHeadDim / kBoxColumns;             // boxes per tile
 constexpr uint32_t kTileBytesKV = kTileN * kHeadDim * sizeof(Element);
 constexpr uint32_t kTileBytesQ = kTileQ * kHeadDim * sizeof(Element);
-constexpr uint32_t kMaxBoxRows = 256;                           // TMA box limit per dimension
 
 static_assert(kHeadDim % kBoxColumns == 0,
               "a tile is whole 128-byte boxes: make head_dim a multiple of 64 (bf16)");
-static_assert(kTileN <= kMaxBoxRows && kTileQ <= kMaxBoxRows,
+static_assert(kTileN <= pl::tma::kMaxBoxRows && kTileQ <= pl::tma::kMaxBoxRows,
               "a TMA box spans at most 256 rows: lower tile_n or tile_q");
 
 // Producer's perspective, once: pull the four descriptors into the cache early.

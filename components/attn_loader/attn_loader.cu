@@ -14,11 +14,10 @@ constexpr uint32_t kBoxColumns = kSwizzleBytes / sizeof(Element);
 constexpr uint32_t kBoxes = kHeadDim / kBoxColumns;            // boxes per tile
 constexpr uint32_t kTileBytesQ = kTileM * kHeadDim * sizeof(Element);
 constexpr uint32_t kTileBytesKV = kTileN * kHeadDim * sizeof(Element);
-constexpr uint32_t kMaxBoxRows = 256;                          // TMA box limit per dimension
 
 static_assert(kHeadDim % kBoxColumns == 0,
               "a tile is whole 128-byte boxes: make head_dim a multiple of 64 (bf16)");
-static_assert(kTileM <= kMaxBoxRows && kTileN <= kMaxBoxRows,
+static_assert(kTileM <= pl::tma::kMaxBoxRows && kTileN <= pl::tma::kMaxBoxRows,
               "a TMA box spans at most 256 rows: lower tile_m or tile_n");
 static_assert(kTileM % 64 == 0 && kTileN % 64 == 0,
               "cores split tiles in 64-row warpgroup slices: make tile_m, tile_n multiples "

@@ -17,7 +17,7 @@ constexpr uint32_t kChunks = kHeadDim / kStoreN;
 constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 static_assert(kHeadDim % kStoreN == 0, "store_n columns at a time tile the row: divide head_dim");
 
 // The store warps' perspective, per record.

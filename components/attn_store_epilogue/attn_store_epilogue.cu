@@ -19,7 +19,7 @@ constexpr uint32_t kThreads = Shape::kThreads;
 constexpr uint32_t kAccCount = Shape::kAccCount;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 
 // The store warps' perspective, per record.
 extern "C" __device__ void pl_attn_store_epilogue_store(const pl_place_attn_store_epilogue& at,

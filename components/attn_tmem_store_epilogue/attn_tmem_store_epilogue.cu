@@ -21,7 +21,7 @@ constexpr uint32_t kStagingBytes = kTileM * kStoreN * sizeof(Element);
 using Tile = pl::epi::TmemTile<kTileM, kHeadDim, kStoreN, kBuffers, kStagingBytes>;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 
 // Epilogue's perspective, per record: each chunk of a row is rounded to bf16 and staged;
 // the issuer stores it at {chunk column, head, first row, sequence}.

@@ -33,7 +33,7 @@ constexpr uint32_t kLower = pl::epi::kFloatsPerBlock / 2;   // first float of th
 
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 
 // One row's pair of outputs in one block: gelu(acc + bias) for both columns, packed.
 __device__ __forceinline__ uint32_t gelu_pair(float x0, float x1, float bias0, float bias1) {

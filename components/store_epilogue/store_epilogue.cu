@@ -21,7 +21,7 @@ constexpr uint32_t kThreads = Shape::kThreads;
 constexpr uint32_t kAccCount = Shape::kAccCount;
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this epilogue writes bf16: set dtype: bf16");
-static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 
 // Epilogue's perspective, per tile: every thread converts its fragment chunk by
 // chunk into the staging tile; the issuer stores each chunk once it is complete.

@@ -42,7 +42,7 @@ static_assert(kOutN % kStoreN == 0, "tile_n / 2 must be a multiple of store_n");
 static_assert(kChunks % kBuffers == 0,
               "staging buffers rotate per chunk across tiles: make tile_n / 2 / store_n a "
               "multiple of buffers");
-static_assert(kTileM <= 256, "a TMA box spans at most 256 rows: lower tile_m");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 
 // Epilogue's perspective, per tile: every thread turns its gate/up pairs into output
 // blocks chunk by chunk in the staging tile; the issuer stores each complete chunk.

@@ -10,7 +10,8 @@ constexpr uint32_t kTileBytes = Params::rows * Params::cols * sizeof(Element);
 
 static_assert(Params::cols * sizeof(Element) % 16 == 0,
               "a TMA box row must be a multiple of 16 bytes: raise cols");
-static_assert(Params::rows <= 256 && Params::cols * sizeof(Element) <= 256 * 16,
+static_assert(Params::rows <= pl::tma::kMaxBoxRows &&
+                  Params::cols * sizeof(Element) <= pl::tma::kMaxBoxRows * 16,
               "TMA boxes span at most 256 elements per dimension: lower rows or cols");
 
 // Producer's perspective: one elected lane issues every copy.

@@ -19,11 +19,10 @@ constexpr uint32_t kTileBytesA = kTileM * kRowBytes;   // (TILE_M, TILE_K)
 constexpr uint32_t kTileBytesB = kTileN * kRowBytes;   // (TILE_N, TILE_K)
 constexpr uint32_t kSwizzleBytes = 128;                // the tensor maps' SWIZZLE_128B
 constexpr uint32_t kBlockColumns = kSwizzleBytes / sizeof(Element);  // MN-major box width
-constexpr uint32_t kMaxBoxRows = 256;                  // TMA box limit per dimension
 
 static_assert(kRowBytes == kSwizzleBytes,
               "a stage's K spans one 128-byte swizzled row: set tile_k = 128 / sizeof(dtype)");
-static_assert(kTileM <= kMaxBoxRows && kTileN <= kMaxBoxRows,
+static_assert(kTileM <= pl::tma::kMaxBoxRows && kTileN <= pl::tma::kMaxBoxRows,
               "a TMA box spans at most 256 rows: lower tile_m or tile_n");
 static_assert(kTileM % 8 == 0 && kTileN % 8 == 0,
               "swizzle atoms are 8 rows: make tile_m and tile_n multiples of 8");

@@ -19,12 +19,11 @@ constexpr uint32_t kTileBytesB = kTileN * kRowBytes;     // both halves land in 
 constexpr uint32_t kHalfBytesB = kHalfN * kRowBytes;     // where the second half starts
 constexpr uint32_t kSwizzleBytes = 128;                  // the tensor maps' SWIZZLE_128B
 constexpr uint32_t kSwizzleAtomBytes = 1024;             // 8 swizzled rows
-constexpr uint32_t kMaxBoxRows = 256;                    // TMA box limit per dimension
 constexpr uint16_t kPair = 0b11;                         // both CTAs of the cluster
 
 static_assert(kRowBytes == kSwizzleBytes,
               "a 128-byte-swizzled K-major row holds 128 bytes: set tile_k = 128 / sizeof(dtype)");
-static_assert(kTileM <= kMaxBoxRows && kHalfN <= kMaxBoxRows,
+static_assert(kTileM <= pl::tma::kMaxBoxRows && kHalfN <= pl::tma::kMaxBoxRows,
               "a TMA box spans at most 256 rows: lower tile_m or tile_n");
 static_assert(kHalfBytesB % kSwizzleAtomBytes == 0,
               "each half of B must start on a swizzle atom: make tile_n a multiple of 16");

@@ -20,12 +20,11 @@ constexpr uint32_t kRowBytes = kTileK * sizeof(Element);
 constexpr uint32_t kPairBytesA = 2 * kTileM * kRowBytes;  // both CTAs' A copies of a stage
 constexpr uint32_t kPairBytesB = 2 * kHalfN * kRowBytes;  // both CTAs' B copies of a stage
 constexpr uint32_t kSwizzleBytes = 128;                  // the tensor maps' SWIZZLE_128B
-constexpr uint32_t kMaxBoxRows = 256;                    // TMA box limit per dimension
 constexpr uint32_t kLeader = 0;                          // the pair's MMA-issuing CTA
 
 static_assert(kRowBytes == kSwizzleBytes,
               "a 128-byte-swizzled K-major row holds 128 bytes: set tile_k = 128 / sizeof(dtype)");
-static_assert(kTileM <= kMaxBoxRows && kHalfN <= kMaxBoxRows && kHalfN % 8 == 0,
+static_assert(kTileM <= pl::tma::kMaxBoxRows && kHalfN <= pl::tma::kMaxBoxRows && kHalfN % 8 == 0,
               "a TMA box spans at most 256 rows in whole 8-row swizzle atoms: check tile_m "
               "and tile_n");
 

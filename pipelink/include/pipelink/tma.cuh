@@ -8,6 +8,9 @@
 
 namespace pl::tma {
 
+// The most elements a TMA box spans in one dimension (the tensor map's boxDim limit).
+constexpr uint32_t kMaxBoxRows = 256;
+
 __device__ __forceinline__ void prefetch_descriptor(const void* map) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
 }
