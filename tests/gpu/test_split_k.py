@@ -27,7 +27,8 @@ SPLIT_SHAPES = [
     (2048, 22016, 4096),   # 1376 tiles: 9 whole waves, then 188 tiles streamed
     (512, 28672, 4096),    # stream-K: lanes of 4 CTAs (one per tile row), 33 lanes
 ]
-# gemm_auto runs its `short` kernel (128 x 128 stream-K, lockstep rows) up to M = 512
+# gemm_auto runs its `short` kernel (128 x 128 stream-K) up to M = 128 and `mid` (128 x 256
+# stream-K, lockstep rows) up to M = 512
 GEMMS = ["gemm", "gemm_streamk", "gemm_auto"]
 SWIGLUS = ["gemm_swiglu", "gemm_swiglu_streamk"]
 
@@ -63,7 +64,8 @@ def test_gemm_auto_dispatches_on_m(build_dir):
     import pipelink
     ks = pipelink.load(build_dir / "sm_90a" / "gemm_auto")
     compiled = torch.compile(lambda x, w: ks(x, w), fullgraph=True, dynamic=True)
-    for m, kernel in ((1, "short"), (512, "short"), (513, "tall"), (4096, "tall")):
+    for m, kernel in ((1, "short"), (128, "short"), (129, "mid"), (512, "mid"), (513, "tall"),
+                      (4096, "tall")):
         x, w = operands(m, 384, 256, seed=m)
         assert ks.choose(x, w) is ks[kernel], f"M={m} should run {kernel}"
         want = x.float() @ w.float().t()
