@@ -89,27 +89,39 @@ class Poisoned:
 
 class ThreadRing:
     """Rank `rank` of `world` threads in one process: sends go into the next rank's
-    queue, receives come from this rank's (in order, as NCCL's do)."""
+    queue, receives come from this rank's. Like NCCL's, a receive takes the message in
+    the order it was posted, not the order it is waited for (the backward waits for the
+    dK/dV sums it posted second before the K/V it posted first)."""
 
     def __init__(self, boxes: list[queue.Queue], rank: int) -> None:
         self.rank, self.world, self._boxes = rank, len(boxes), boxes
+        self._turns = 0            # every rank posts its sends and receives in one order
+        self._early: dict[int, list] = {}
 
     def start(self, tensors: list):  # noqa: ANN201
         import torch
         sent = [t.clone() for t in tensors]
         torch.cuda.current_stream().synchronize()     # written before another stream reads
-        self._boxes[(self.rank + 1) % self.world].put(sent)
-        return QueuedReceive(self._boxes[self.rank])
+        ticket, self._turns = self._turns, self._turns + 1
+        self._boxes[(self.rank + 1) % self.world].put((ticket, sent))
+        return QueuedReceive(self, ticket)
+
+    def take(self, ticket: int) -> list:
+        """The `ticket`-th message from the previous rank, holding any that come first."""
+        while ticket not in self._early:
+            seq, tensors = self._boxes[self.rank].get(timeout=120)
+            self._early[seq] = tensors
+        return self._early.pop(ticket)
 
 
 class QueuedReceive:
-    """ThreadRing's receive: the previous rank's tensors, taken off this rank's queue."""
+    """ThreadRing's receive: the previous rank's message posted as `ticket`."""
 
-    def __init__(self, box: queue.Queue) -> None:
-        self._box = box
+    def __init__(self, ring: ThreadRing, ticket: int) -> None:
+        self._ring, self._ticket = ring, ticket
 
     def wait(self) -> list:
-        return self._box.get(timeout=120)
+        return self._ring.take(self._ticket)
 
 
 class LocalCopyRing(CopyEngineRing):
