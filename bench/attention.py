@@ -280,8 +280,38 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+PLOT_BARS = (("linked", "#4878d0"), ("sdpa", "#ee854a"), ("flex", "#6acc64"))
+
+
+def tflops_svg(rows: list[dict], peak: float, what: str) -> str:
+    """TFLOP/s of unmasked work per case (do_bench, L2 flushed; events where do_bench
+    is missing): linked, SDPA and FlexAttention side by side, the measured matmul peak
+    as a line."""
+    width, height, pad, group = 60 + 46 * len(rows), 300, 40, 46
+    y = lambda v: height - pad - (height - 2 * pad) * v / (peak * 1.05)  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="10">',
+           f'<text x="{pad}" y="14">{what}, TFLOP/s of unmasked work (do_bench): linked '
+           f'(blue), SDPA (orange), FlexAttention (green); line: bf16 matmul peak</text>',
+           f'<line x1="{pad}" x2="{width}" y1="{y(peak):.1f}" y2="{y(peak):.1f}" '
+           'stroke="red"/>']
+    for i, r in enumerate(rows):
+        x = pad + group * i
+        times = r["do_bench_ms"] or r["events_ms"]
+        for j, (variant, color) in enumerate(PLOT_BARS):
+            v = r["flops"] / times[variant] / 1e9
+            out.append(f'<rect x="{x + 13 * j}" y="{y(v):.1f}" width="12" '
+                       f'height="{y(0) - y(v):.1f}" fill="{color}"><title>{r["recipe"]} '
+                       f'B{r["B"]} H{r["H"]} S{r["S"]} D{r["D"]} {variant}: {v:.0f} '
+                       'TFLOP/s</title></rect>')
+        label = r["recipe"].removeprefix("attn_")
+        out.append(f'<text x="{x}" y="{height - pad + 12}">{label[:8]}</text>')
+        out.append(f'<text x="{x}" y="{height - pad + 24}">S{r["S"] // 1024}k D{r["D"]}</text>')
+    return "\n".join(out + ["</svg>"]) + "\n"
+
+
 def report(path: Path) -> None:
-    """Writes the '## Attention forward' section of RESULTS.md."""
+    """Writes the '## Attention forward' section of RESULTS.md and its plot."""
     data = json.loads(path.read_text())
     rows = data["rows"]
     lines = [f"## Attention forward ({data['gpu']})", "",
@@ -306,8 +336,10 @@ def report(path: Path) -> None:
               "0.1-0.35 ms, is mostly that: its short masked kernels wait); do_bench "
               "queues calls back to back and flushes L2, which hides it. Both are what a "
               "user can see: an eager model one, a captured or compiled one the other.", ""]
-    lines += table_lines(rows)
+    lines += table_lines(rows) + ["", "![TFLOP/s per case](attention.svg)"]
     put_section("## Attention forward", "\n".join(lines))
+    (ROOT / "bench" / "attention.svg").write_text(
+        tflops_svg(rows, data["peak_tflops"], "attention forward"))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from bench.attention import (  # noqa: E402
     shapes_of,
     summary_lines,
     table_lines,
+    tflops_svg,
 )
 from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
 
@@ -181,7 +182,7 @@ def run(build: Path, rounds: int, out: Path | None,
 
 
 def report(path: Path) -> None:
-    """Writes the '## Attention backward' section of RESULTS.md."""
+    """Writes the '## Attention backward' section of RESULTS.md and its plot."""
     data = json.loads(path.read_text())
     rows = data["rows"]
     lines = [f"## Attention backward ({data['gpu']})", "",
@@ -200,7 +201,10 @@ def report(path: Path) -> None:
              "flops per visible pair); floor: that "
              f"work at the measured bf16 matmul peak ({data['peak_tflops']:.0f} TFLOP/s).", ""]
     lines += summary_lines(rows, RECIPES) + [""] + table_lines(rows)
+    lines += ["", "![TFLOP/s per case](attention_backward.svg)"]
     put_section("## Attention backward", "\n".join(lines))
+    (ROOT / "bench" / "attention_backward.svg").write_text(
+        tflops_svg(rows, data["peak_tflops"], "attention backward"))
 
 
 if __name__ == "__main__":
