@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RuntimeLaunchError
+from .ring import require_process_group
 
 SLOTS = 2
 _ARRIVED, _FREED = 0, 1           # the two int32 flags after a channel's inbox
@@ -124,10 +125,7 @@ class CopyEngineRing:
     def __init__(self, group: Any = None) -> None:
         import torch
         import torch.distributed as dist
-        if not dist.is_initialized():
-            raise RuntimeLaunchError("ring attention needs an initialised torch.distributed "
-                                     "process group",
-                                     hint="call torch.distributed.init_process_group first")
+        require_process_group()
         self.group = group if group is not None else dist.group.WORLD
         self.rank = dist.get_rank(self.group)
         self.world = dist.get_world_size(self.group)

@@ -48,16 +48,22 @@ def relation(rank: int, source: int) -> str:
     return OWN if source == rank else EARLIER if source < rank else LATER
 
 
+def require_process_group() -> None:
+    """Refuses a ring before torch.distributed is initialised (every transport needs it)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        raise RuntimeLaunchError("ring attention needs an initialised torch.distributed "
+                                 "process group",
+                                 hint="call torch.distributed.init_process_group first")
+
+
 class GroupRing:
     """The ranks of a torch.distributed process group as a ring: each sends to the next
     and receives from the previous, asynchronously (NCCL on GPUs, gloo on CPUs)."""
 
     def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
-        if not dist.is_initialized():
-            raise RuntimeLaunchError("ring attention needs an initialised torch.distributed "
-                                     "process group",
-                                     hint="call torch.distributed.init_process_group first")
+        require_process_group()
         self.group = group
         self.rank = dist.get_rank(group)
         self.world = dist.get_world_size(group)
