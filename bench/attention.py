@@ -30,7 +30,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from results_md import bench_main, put_section, write_rows  # noqa: E402
+from results_md import (  # noqa: E402
+    Bar,
+    BarGroup,
+    BarLayout,
+    bar_chart,
+    bench_main,
+    put_section,
+    write_rows,
+    write_text,
+)
 
 from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
 
@@ -287,27 +296,20 @@ def tflops_svg(rows: list[dict], peak: float, what: str) -> str:
     """TFLOP/s of unmasked work per case (do_bench, L2 flushed; events where do_bench
     is missing): linked, SDPA and FlexAttention side by side, the measured matmul peak
     as a line."""
-    width, height, pad, group = 60 + 46 * len(rows), 300, 40, 46
-    y = lambda v: height - pad - (height - 2 * pad) * v / (peak * 1.05)  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           'font-family="sans-serif" font-size="10">',
-           f'<text x="{pad}" y="14">{what}, TFLOP/s of unmasked work (do_bench): linked '
-           f'(blue), SDPA (orange), FlexAttention (green); line: bf16 matmul peak</text>',
-           f'<line x1="{pad}" x2="{width}" y1="{y(peak):.1f}" y2="{y(peak):.1f}" '
-           'stroke="red"/>']
-    for i, r in enumerate(rows):
-        x = pad + group * i
+    groups = []
+    for r in rows:
         times = r["do_bench_ms"] or r["events_ms"]
-        for j, (variant, color) in enumerate(PLOT_BARS):
-            v = r["flops"] / times[variant] / 1e9
-            out.append(f'<rect x="{x + 13 * j}" y="{y(v):.1f}" width="12" '
-                       f'height="{y(0) - y(v):.1f}" fill="{color}"><title>{r["recipe"]} '
-                       f'B{r["B"]} H{r["H"]} S{r["S"]} D{r["D"]} {variant}: {v:.0f} '
-                       'TFLOP/s</title></rect>')
+        case = f'{r["recipe"]} B{r["B"]} H{r["H"]} S{r["S"]} D{r["D"]}'
+        bars = []
+        for variant, color in PLOT_BARS:
+            tflops = r["flops"] / times[variant] / 1e9
+            bars.append(Bar(tflops, color, f"{case} {variant}: {tflops:.0f} TFLOP/s"))
         label = r["recipe"].removeprefix("attn_")
-        out.append(f'<text x="{x}" y="{height - pad + 12}">{label[:8]}</text>')
-        out.append(f'<text x="{x}" y="{height - pad + 24}">S{r["S"] // 1024}k D{r["D"]}</text>')
-    return "\n".join(out + ["</svg>"]) + "\n"
+        groups.append(BarGroup(bars, (label[:8], f'S{r["S"] // 1024}k D{r["D"]}')))
+    layout = BarLayout(width=60 + 46 * len(rows), height=300, group=46, step=13, bar=12)
+    return bar_chart(groups, layout, top=peak * 1.05, reference=peak,
+                     title=f"{what}, TFLOP/s of unmasked work (do_bench): linked (blue), "
+                           "SDPA (orange), FlexAttention (green); line: bf16 matmul peak")
 
 
 def report(path: Path) -> None:
@@ -338,8 +340,8 @@ def report(path: Path) -> None:
               "user can see: an eager model one, a captured or compiled one the other.", ""]
     lines += table_lines(rows) + ["", "![TFLOP/s per case](attention.svg)"]
     put_section("## Attention forward", "\n".join(lines))
-    (ROOT / "bench" / "attention.svg").write_text(
-        tflops_svg(rows, data["peak_tflops"], "attention forward"))
+    write_text(ROOT / "bench" / "attention.svg",
+               tflops_svg(rows, data["peak_tflops"], "attention forward"))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from results_md import bench_main, put_section, write_rows  # noqa: E402
+from results_md import bench_main, put_section, write_rows, write_text  # noqa: E402
 
 from bench.attention import (  # noqa: E402
     dense_mask,
@@ -203,8 +203,8 @@ def report(path: Path) -> None:
     lines += summary_lines(rows, RECIPES) + [""] + table_lines(rows)
     lines += ["", "![TFLOP/s per case](attention_backward.svg)"]
     put_section("## Attention backward", "\n".join(lines))
-    (ROOT / "bench" / "attention_backward.svg").write_text(
-        tflops_svg(rows, data["peak_tflops"], "attention backward"))
+    write_text(ROOT / "bench" / "attention_backward.svg",
+               tflops_svg(rows, data["peak_tflops"], "attention backward"))
 
 
 if __name__ == "__main__":

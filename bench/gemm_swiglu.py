@@ -32,7 +32,7 @@ except ImportError:  # the report step runs where PyTorch is not installed
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from results_md import put_section  # noqa: E402
+from results_md import Bar, BarGroup, BarLayout, bar_chart, put_section, write_text  # noqa: E402
 
 SHAPES = [(4096, 2 * 11008), (4096, 2 * 14336), (8192, 2 * 28672),   # (K, N = 2 I)
           (3584, 2 * 18944)]
@@ -374,30 +374,23 @@ def report(path: Path) -> None:
                      f"{ratio(ds, 'swiglu_auto', 'swiglu')} | {r['floor_swiglu']:.3f} |")
     lines += variant_table(rows)
     put_section("## GEMM and GEMM + SwiGLU", "\n".join(lines))
-    (ROOT / "bench" / "gemm_swiglu.svg").write_text(speedup_svg(rows))
+    write_text(ROOT / "bench" / "gemm_swiglu.svg", speedup_svg(rows))
 
 
 def speedup_svg(rows: list[dict]) -> str:
     """Speed-up over the library per shape: gemm (blue) and gemm_swiglu (orange)."""
-    width, height, pad = 60 + 36 * len(rows), 280, 40
+    groups = []
+    for r in rows:
+        shape = f'M={r["M"]} N={r["N"]} K={r["K"]}'
+        speedups = ((r["gemm"]["cublas"] / r["gemm"]["linked"], "#4878d0"),
+                    (strongest(r["swiglu"]) / r["swiglu"]["linked"], "#ee854a"))
+        groups.append(BarGroup([Bar(v, color, f"{shape}: {v:.3f}") for v, color in speedups],
+                               (str(r["M"]), f'{r["N"] // 1024}k')))
     top = max(1.5, max(strongest(r["swiglu"]) / r["swiglu"]["linked"] for r in rows) * 1.05)
-    y = lambda v: height - pad - (height - 2 * pad) * v / top  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           'font-family="sans-serif" font-size="10">',
-           f'<text x="{pad}" y="14">speed-up: gemm / cuBLAS (blue), gemm_swiglu / '
-           'strongest PyTorch baseline (orange); line: 1.0</text>',
-           f'<line x1="{pad}" x2="{width}" y1="{y(1):.1f}" y2="{y(1):.1f}" stroke="red"/>']
-    for i, r in enumerate(rows):
-        x = pad + 36 * i
-        for j, (v, color) in enumerate(((r["gemm"]["cublas"] / r["gemm"]["linked"], "#4878d0"),
-                                        (strongest(r["swiglu"]) / r["swiglu"]["linked"],
-                                         "#ee854a"))):
-            out.append(f'<rect x="{x + 14 * j}" y="{y(v):.1f}" width="12" '
-                       f'height="{y(0) - y(v):.1f}" fill="{color}"><title>M={r["M"]} '
-                       f'N={r["N"]} K={r["K"]}: {v:.3f}</title></rect>')
-        out.append(f'<text x="{x}" y="{height - pad + 12}">{r["M"]}</text>')
-        out.append(f'<text x="{x}" y="{height - pad + 24}">{r["N"] // 1024}k</text>')
-    return "\n".join(out + ["</svg>"]) + "\n"
+    layout = BarLayout(width=60 + 36 * len(rows), height=280, group=36, step=14, bar=12)
+    return bar_chart(groups, layout, top=top, reference=1.0,
+                     title="speed-up: gemm / cuBLAS (blue), gemm_swiglu / strongest PyTorch "
+                           "baseline (orange); line: 1.0")
 
 
 def main() -> None:

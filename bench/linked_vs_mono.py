@@ -26,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from results_md import put_section, write_text  # noqa: E402
 
 OUT = ROOT / "build" / "lvm"
 RECIPES = ["gemm", "gemm_swiglu", "gemm_bias_gelu", "gemm_cute", "gemm_swiglu_cute"]
@@ -271,12 +273,8 @@ def report(path: Path) -> None:
                     f"{s['mono']['registers']} | {s['linked']['smem']} | "
                     f"{s['linked']['instructions']}/{s['mono']['instructions']} | "
                     f"{'yes' if c['sass_identical'] else 'no'} |")
-    section = "\n".join(rows) + "\n"
-    results = ROOT / "bench" / "RESULTS.md"
-    text = results.read_text() if results.is_file() else "# Benchmark results\n"
-    text = re.sub(r"## Linked vs monolithic\n.*?(?=\n## |\Z)", "", text, flags=re.S).rstrip()
-    results.write_text(text + "\n\n" + section)
-    (ROOT / "bench" / "linked_vs_mono.svg").write_text(svg_plot(configs))
+    put_section("## Linked vs monolithic", "\n".join(rows))
+    write_text(ROOT / "bench" / "linked_vs_mono.svg", svg_plot(configs))
 
 
 def main() -> None:

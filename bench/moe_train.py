@@ -31,7 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_swiglu import ROOT, flushed, interleaved  # noqa: E402
 from moe_forward import peak_mb, torch_forward, torch_layer  # noqa: E402
-from results_md import bench_main, put_section  # noqa: E402
+from results_md import (  # noqa: E402
+    Bar,
+    BarGroup,
+    BarLayout,
+    bar_chart,
+    bench_main,
+    put_section,
+    write_text,
+)
 
 from pipelink import interleave_gate_up  # noqa: E402
 
@@ -209,7 +217,7 @@ def report(path: Path) -> None:
     lines += ["", "![fwd+bwd time per configuration](moe_train.svg)"]
     lines += phase_lines(rows)
     put_section("## MoE layer in training", "\n".join(lines))
-    (ROOT / "bench" / "moe_train.svg").write_text(time_svg(rows))
+    write_text(ROOT / "bench" / "moe_train.svg", time_svg(rows))
 
 
 BARS = (("linked", "#4878d0"), ("mono", "#6acc64"), ("torch", "#ee854a"), ("loop", "#956cb4"))
@@ -217,26 +225,20 @@ BARS = (("linked", "#4878d0"), ("mono", "#6acc64"), ("torch", "#ee854a"), ("loop
 
 def time_svg(rows: list[dict]) -> str:
     """fwd+bwd ms per configuration, relative to (b): linked, mono, (b), (a)."""
-    width, height, pad, group = 420, 240, 40, 150
+    groups = []
+    for r in rows:
+        train = r["train"]
+        groups.append(BarGroup(
+            [Bar(train[variant] / train["torch"], color,
+                 f'{r["config"]} {variant}: {train[variant]:.2f} ms')
+             if variant in train else None for variant, color in BARS],
+            (r["config"],)))
     top = max(r["train"][v] / r["train"]["torch"] for r in rows for v, _ in BARS
               if v in r["train"]) * 1.05
-    y = lambda v: height - pad - (height - 2 * pad) * v / top  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           'font-family="sans-serif" font-size="10">',
-           f'<text x="{pad}" y="14">fwd+bwd time / the torch path (b): linked (blue), mono '
-           '(green), (b) (orange), (a) loop (purple)</text>',
-           f'<line x1="{pad}" x2="{width}" y1="{y(1):.1f}" y2="{y(1):.1f}" stroke="red"/>']
-    for i, r in enumerate(rows):
-        x = pad + group * i
-        for j, (variant, color) in enumerate(BARS):
-            if variant not in r["train"]:
-                continue
-            v = r["train"][variant] / r["train"]["torch"]
-            out.append(f'<rect x="{x + 26 * j}" y="{y(v):.1f}" width="22" '
-                       f'height="{y(0) - y(v):.1f}" fill="{color}"><title>{r["config"]} '
-                       f'{variant}: {r["train"][variant]:.2f} ms</title></rect>')
-        out.append(f'<text x="{x}" y="{height - pad + 14}">{r["config"]}</text>')
-    return "\n".join(out + ["</svg>"]) + "\n"
+    layout = BarLayout(width=420, height=240, group=150, step=26, bar=22, label_rows=(14,))
+    return bar_chart(groups, layout, top=top, reference=1.0,
+                     title="fwd+bwd time / the torch path (b): linked (blue), mono (green), "
+                           "(b) (orange), (a) loop (purple)")
 
 
 def target_lines(rows: list[dict]) -> list[str]:

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+PAD = 40                           # a chart's margin, pixels
 
 
 def put_section(heading: str, section: str, results: Path = RESULTS) -> None:
@@ -60,3 +62,61 @@ def write_rows(out: Path, data: dict, timed: tuple[str, ...], order: tuple[str, 
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps({**data, "rows": rows}, indent=1) + "\n")
     tmp.replace(out)
+
+
+@dataclass(frozen=True)
+class Bar:
+    value: float       # in the chart's unit (0 at the axis, `top` at the top)
+    color: str
+    tooltip: str
+
+
+@dataclass(frozen=True)
+class BarGroup:
+    bars: Sequence[Bar | None]       # None keeps its slot empty
+    labels: Sequence[str]            # one text line each under the group
+
+
+@dataclass(frozen=True)
+class BarLayout:
+    """Pixels: the chart's size, a group's width, a bar's step and width, and where the
+    label lines under a group sit below the axis."""
+
+    width: int
+    height: int
+    group: int
+    step: int
+    bar: int
+    label_rows: Sequence[int] = (12, 24)
+
+
+def bar_chart(groups: Sequence[BarGroup], layout: BarLayout, *, title: str, top: float,
+              reference: float) -> str:
+    """A grouped bar chart as a standalone SVG (the RESULTS.md plots): the title, a red
+    line at `reference`, each group's bars side by side with a tooltip each, its labels
+    under it."""
+    height = layout.height
+    y = lambda v: height - PAD - (height - 2 * PAD) * v / top  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{layout.width}" '
+           f'height="{height}" font-family="sans-serif" font-size="10">',
+           f'<text x="{PAD}" y="14">{title}</text>',
+           f'<line x1="{PAD}" x2="{layout.width}" y1="{y(reference):.1f}" '
+           f'y2="{y(reference):.1f}" stroke="red"/>']
+    for i, group in enumerate(groups):
+        x = PAD + layout.group * i
+        for j, bar in enumerate(group.bars):
+            if bar is None:
+                continue
+            out.append(f'<rect x="{x + layout.step * j}" y="{y(bar.value):.1f}" '
+                       f'width="{layout.bar}" height="{y(0) - y(bar.value):.1f}" '
+                       f'fill="{bar.color}"><title>{bar.tooltip}</title></rect>')
+        for dy, label in zip(layout.label_rows, group.labels, strict=True):
+            out.append(f'<text x="{x}" y="{height - PAD + dy}">{label}</text>')
+    return "\n".join(out + ["</svg>"]) + "\n"
+
+
+def write_text(path: Path, text: str) -> None:
+    """Writes a generated file atomically (a plot beside RESULTS.md)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
