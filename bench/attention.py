@@ -120,8 +120,7 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     import pipelink
-    documents = recipe in DOCUMENTS
-    rows = recipe == "attn_document"   # [T, H, D] without a batch dimension
+    documents = rows = recipe in DOCUMENTS   # rows: [T, H, D] without a batch dimension
     if documents:                  # the same tokens as one packed sequence of B S rows
         b, s = 1, b * s
     sets = [tuple(torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
@@ -134,11 +133,10 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
         cu = torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32)
         doc = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"),
                                       torch.tensor(lengths, device="cuda"))
-        extra = (doc.to(torch.int32),)
-    if rows:
+        extra = (cu,) if recipe == "attn_document" else (doc.to(torch.int32),)
+        # Packed rows: [T, H, D] without a batch dimension, LSE [H, T]
         sets = [tuple(t[0] for t in qkv) for qkv in sets]
         outs = [(o[0], lse[0]) for o, lse in outs]
-        extra = (cu,)
     recipe = mask_recipe(recipe)
     mask_mod = mask_mod_of("attn_causal" if recipe == "attn_paged" else recipe, doc)
     block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None

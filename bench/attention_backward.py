@@ -1,15 +1,16 @@
 """Attention backward on the GPU: the backward kernels of attn_causal, attn_dense,
-attn_sliding, attn_document and attn_block_sparse (linked and monolithic; one
+attn_sliding, attn_document, attn_document_ids and attn_block_sparse (linked and monolithic; one
 attn_bwd_core object) against SDPA's backward (FlashAttention for causal and dense; for
 the window, the documents and the block-sparse mask,
 the efficient kernel over a boolean mask, the fastest SDPA has for them) and
 torch.compile'd FlexAttention's backward with the same mask_mod, side by side in one
 run. attn_document packs the same B S tokens as one sequence of documents of 256 to 3072
-tokens, as bench/attention.py does.
+tokens, as bench/attention.py does (attn_document_ids: the same documents by an id per
+token).
 
     python -m tests.gpu.build attn_causal attn_causal_deterministic attn_dense \
-        attn_sliding attn_document attn_block_sparse attn_causal_d64 attn_dense_d64 \
-        attn_sliding_d64 attn_block_sparse_d64                                      # build
+        attn_sliding attn_document attn_document_ids attn_block_sparse attn_causal_d64 \
+        attn_dense_d64 attn_sliding_d64 attn_block_sparse_d64                       # build
     python bench/attention_backward.py --json bench/attention_backward.json   # GPU
     python bench/attention_backward.py --report bench/attention_backward.json
 
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results_md import bench_main, put_section, write_rows, write_text  # noqa: E402
 
 from bench.attention import (  # noqa: E402
+    DOCUMENTS,
     dense_mask,
     document_lengths,
     mask_mod_of,
@@ -47,10 +49,20 @@ from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
 
 ROTATE = 2
 RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
-           "attn_document", "attn_block_sparse", "attn_causal_d64", "attn_dense_d64",
-           "attn_sliding_d64", "attn_block_sparse_d64")
+           "attn_document", "attn_document_ids", "attn_block_sparse", "attn_causal_d64",
+           "attn_dense_d64", "attn_sliding_d64", "attn_block_sparse_d64")
 FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
 TOLERANCE = 5e-2                  # max |diff| vs SDPA, relative to the gradient's max
+
+
+def dq_turns(recipe: str, rows: int, b: int, extra: tuple) -> int:
+    """The recipe's dq_turns per head: one per 64-row query tile, and one more per
+    sequence (per document by offsets; by ids, at most one document a token)."""
+    if recipe == "attn_document":
+        return rows // 64 + len(extra[0])
+    if recipe == "attn_document_ids":
+        return rows // 64 + rows + 1
+    return rows // 64 + b + 1
 
 
 def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
@@ -61,14 +73,15 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
 
     import pipelink
     recipe = mask_recipe(recipe)
-    documents = recipe == "attn_document"
+    documents = recipe in DOCUMENTS
     doc, extra = None, ()
     if documents:                  # the same tokens as one packed sequence of B S rows
         b, s = 1, b * s
         lengths = document_lengths(s, seed=s)
-        extra = (torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32),)
         doc = torch.repeat_interleave(torch.arange(len(lengths), device="cuda"),
                                       torch.tensor(lengths, device="cuda"))
+        extra = ((torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32),)
+                 if recipe == "attn_document" else (doc.to(torch.int32),))
     mask_mod = mask_mod_of(recipe, doc)
     block_mask = create_block_mask(mask_mod, None, None, s, s) if mask_mod else None
     # The forward's extra inputs, and the backward's (a BlockMask's transposed half).
@@ -77,7 +90,7 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
         extra = pipelink.block_mask_tensors(block_mask)
         saved = extra[4:]
     boolean = (dense_mask(mask_mod, s)
-               if recipe in ("attn_sliding", "attn_document", "attn_block_sparse") else None)
+               if recipe in ("attn_sliding", "attn_block_sparse", *DOCUMENTS) else None)
     causal = recipe in ("attn_causal", "attn_causal_deterministic")
     pairs = s * (s + 1) // 2 if causal else (s * s if boolean is None else int(boolean.sum()))
     flex_compiled = torch.compile(flex_attention)
@@ -95,7 +108,7 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
         sdpa_o = F.scaled_dot_product_attention(*sdpa_in, attn_mask=boolean, is_causal=causal)
         flex_in = [leaves(t) for t in (q, k, v)]
         flex_o = flex_compiled(*flex_in, block_mask=block_mask)
-        turns = b * s // 64 + (len(extra[0]) if documents else b + 1)   # the recipe's dq_turns
+        turns = dq_turns(recipe, b * s, b, extra)
         grads = tuple(torch.empty_like(t) for t in ours[1:]) + (
             torch.empty(h, 2, b * s, device="cuda"), torch.empty_like(ours[1], dtype=torch.float32),
             torch.empty(h, turns, device="cuda", dtype=torch.int32))
@@ -189,7 +202,8 @@ def report(path: Path) -> None:
              f"Generated by `python bench/attention_backward.py --report bench/{path.name}`; "
              f"torch {data['torch']}. The backward kernels of recipes/attn_causal, attn_dense, "
              "attn_sliding (window 1024), attn_document (packed documents of 256-3072 "
-             "tokens, causal within each) and attn_block_sparse (a strided BlockMask, "
+             "tokens, causal within each; attn_document_ids: the same documents by an id per "
+             "token) and attn_block_sparse (a strided BlockMask, "
              "bench/attention.py's): one attn_bwd_core object, the mask and scheduler "
              "linked in (attn_causal_d64 and attn_dense_d64: head dim 64, one object of "
              "their own, dQ split between the warpgroups by keys); against SDPA's "

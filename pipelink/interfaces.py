@@ -84,6 +84,21 @@ INTERFACES: dict[str, Interface] = {i.name: i for i in (
                   "whether q_tile() returns the slot unchanged (a constant: after the "
                   "link's LTO a core keeps no mapped tile across steps)"))),
     Interface(
+        "attn_documents",
+        "where the documents of a varlen attention lie in its packed rows, for a "
+        "scheduler's pl::attn::DocumentCursor: offsets (cu_seqlens, FlashAttention's "
+        "varlen layout) or a document id per row (FlexAttention's document mask)",
+        (Function("count", "uint32_t", (),
+                  "the number of documents, or ~0u where only the rows bound them (a "
+                  "cursor stops at the first document that begins at the last row)"),
+         Function("first", _I32, (("uint32_t", "rows"),),
+                  "the row document 0 begins at, in [0, rows] (read only when count() "
+                  "> 0)"),
+         Function("end", _I32, (("uint32_t", "document"), (_I32, "begin"), ("uint32_t", "rows")),
+                  "where document `document`, begun at row `begin`, ends: in [begin, "
+                  "rows], whatever the tensor holds (malformed input leaves rows out but "
+                  "never addresses outside the tensors)"))),
+    Interface(
         "attn_score",
         "a modifier of the scaled attention score before softmax (FlexAttention's "
         "score_mod): returns the new score",

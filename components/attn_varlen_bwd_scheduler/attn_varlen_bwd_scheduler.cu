@@ -17,12 +17,17 @@ extern "C" __device__ pl::WorkTile pl_attn_varlen_bwd_scheduler_schedule(
     const pl_place_attn_varlen_bwd_scheduler& at, const pl_args_attn_varlen_bwd_scheduler& args,
     const pl::KernelInfo& k, uint32_t iteration, pl_state_attn_varlen_bwd_scheduler_schedule&) {
   pl::attn::DocumentCursor& c = *pl::smem_ptr<pl::attn::DocumentCursor>(at.smem.cursor);
-  if (iteration == 0) c.start(args.cu_seqlens, args.batch, args.rows);
+  const uint32_t documents = pl_attn_varlen_bwd_scheduler_documents_count(k);
+  const auto end_of = [&](uint32_t b, int32_t begin) {
+    return pl_attn_varlen_bwd_scheduler_documents_end(k, b, begin, args.rows);
+  };
+  const auto first_of = [&] { return pl_attn_varlen_bwd_scheduler_documents_first(k, args.rows); };
+  if (iteration == 0) c.start(documents, first_of, end_of);
   const uint32_t r = pl::attn::next_record(at.counter.next_record, k, iteration);
   const auto records_of = [&](int32_t len) {
     return uint32_t(len + kTileN - 1) / kTileN * args.kv_heads;
   };
-  if (!c.seek(r, args.cu_seqlens, args.batch, args.rows, records_of)) return pl::WorkTile{};
+  if (!c.seek(r, documents, int32_t(args.rows), records_of, end_of)) return pl::WorkTile{};
   const uint32_t local = r - c.first_record;
   const int32_t len = c.row_end - c.row_begin;
   const int32_t kv_block = int32_t(local / args.kv_heads);

@@ -281,17 +281,18 @@ def test_document_gradients_stay_within_documents(build_dir, mode, recipe, lengt
         begin += n
 
 
-DOCUMENT_IDS = [  # document lengths, the first document's id, H, HKV
-    ([300, 1, 129, 700], 0, 4, 2),      # a one-token document, boundaries inside tiles
-    ([128, 256, 17], 5, 2, 2),          # ids need not start at 0; boundaries on tiles
-    ([1000], 0, 2, 1),                  # one document: causal attention, MQA
+DOCUMENT_IDS = [  # document lengths, the first document's id, the step between ids, H, HKV
+    ([300, 1, 129, 700], 0, 1, 4, 2),   # a one-token document, boundaries inside tiles
+    ([128, 256, 17], 5, 3, 2, 2),       # ids need not start at 0 nor run without gaps
+    ([1] * 37 + [64, 500, 3], 0, 1, 2, 2),   # many tiny documents before long ones
+    ([1000], 0, 1, 2, 1),               # one document: causal attention, MQA
 ]
 
 
-def document_ids(lengths: list[int], first: int):  # noqa: ANN201
-    """The id of each token's document: `first`, `first` + 1, ... run by run."""
+def document_ids(lengths: list[int], first: int, step: int = 1):  # noqa: ANN201
+    """The id of each token's document: `first`, `first` + `step`, ... run by run."""
     import torch
-    ids = torch.arange(first, first + len(lengths), device="cuda")
+    ids = torch.arange(first, first + step * len(lengths), step, device="cuda")
     return ids.repeat_interleave(torch.tensor(lengths, device="cuda")).to(torch.int32)
 
 
@@ -303,11 +304,11 @@ def document_keep(ids):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
-@pytest.mark.parametrize("lengths,first,h,hkv", DOCUMENT_IDS)
-def test_document_ids_match_pytorch_and_flex(build_dir, mode, lengths, first, h, hkv):
-    """attn_document_ids: one packed sequence, a document id per token; each token
-    attends causally within its document. Against the fp32 reference of the same mask
-    and FlexAttention with the document mask_mod, O and LSE poisoned first."""
+@pytest.mark.parametrize("lengths,first,step,h,hkv", DOCUMENT_IDS)
+def test_document_ids_match_pytorch_and_flex(build_dir, mode, lengths, first, step, h, hkv):
+    """attn_document_ids: packed rows, a document id per token; each token attends
+    causally within its document. Against the fp32 reference of the same mask and
+    FlexAttention with the document mask_mod, O and LSE poisoned first."""
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -315,13 +316,13 @@ def test_document_ids_match_pytorch_and_flex(build_dir, mode, lengths, first, h,
     op = pipelink.load(build_dir / mode / "attn_document_ids")
     total = sum(lengths)
     q, k, v = inputs(1, total, h, hkv, 128, seed=total + first)
-    ids = document_ids(lengths, first)
-    o = torch.full((1, total, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
-    lse = torch.full((1, h, total), float("nan"), device="cuda", dtype=torch.float32)
-    op(q, k, v, ids, out=(o, lse))
+    ids = document_ids(lengths, first, step)
+    o = torch.full((total, h, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((h, total), float("nan"), device="cuda", dtype=torch.float32)
+    op(q[0], k[0], v[0], ids, out=(o, lse))
     want_o, want_lse = reference(q, k, v, "attn_causal", document_keep(ids))
-    torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL, rtol=0)
-    torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
+    torch.testing.assert_close(lse, want_lse[0], atol=LSE_ATOL, rtol=0)
+    torch.testing.assert_close(o.float(), want_o[0], atol=O_ATOL, rtol=O_RTOL)
 
     def mask_mod(b, hh, qi, kv):  # noqa: ANN001, ANN202
         return (ids[qi] == ids[kv]) & (qi >= kv)
@@ -329,27 +330,60 @@ def test_document_ids_match_pytorch_and_flex(build_dir, mode, lengths, first, h,
     bm = create_block_mask(mask_mod, None, None, total, total, device="cuda")
     flex = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                           block_mask=bm, enable_gqa=h != hkv).transpose(1, 2)
-    torch.testing.assert_close(o.float(), flex.float(), atol=O_ATOL, rtol=O_RTOL)
+    torch.testing.assert_close(o.float(), flex[0].float(), atol=O_ATOL, rtol=O_RTOL)
+
+
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("lengths,first,step,h,hkv", DOCUMENT_IDS[:3])
+def test_document_id_gradients_match_pytorch(build_dir, mode, lengths, first, step, h, hkv):
+    """attn_document_ids' backward kernel, every output poisoned, then its autograd op:
+    dQ, dK and dV against fp32 autograd through the document mask over the whole
+    sequence (a tile reaching into the next document must add nothing)."""
+    import torch
+
+    import pipelink
+    ks = pipelink.load(build_dir / mode / "attn_document_ids")
+    total = sum(lengths)
+    q, k, v = inputs(1, total, h, hkv, 128, seed=7 * total + first)
+    d_o = torch.randn(q.shape, device="cuda",
+                      generator=torch.Generator(device="cuda").manual_seed(total)).to(q.dtype)
+    ids = document_ids(lengths, first, step)
+    want = grad_reference(q, k, v, d_o, "attn_causal", document_keep(ids))
+    q, k, v, d_o = q[0], k[0], v[0], d_o[0]
+    o, lse = ks.forward(q, k, v, ids)
+    nan = float("nan")
+    out = (torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan),
+           torch.full((h, 2, total), nan, device="cuda"), torch.full(q.shape, nan, device="cuda"),
+           torch.full((h, total // 64 + total + 1), -7, device="cuda", dtype=torch.int32))
+    ks.backward(d_o, q, k, v, o, lse, ids, out=out)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    ks(*leaves, ids)[0].backward(d_o)
+    begin = 0
+    for n in lengths:             # each document at its own scale
+        rows = slice(begin, begin + n)
+        for name, got, auto, ref in zip(("dq", "dk", "dv"), out, leaves, want, strict=False):
+            _close_grad(f"{name} rows {rows}", got[rows], ref[0][rows])
+            _close_grad(f"{name} (autograd) rows {rows}", auto.grad[rows], ref[0][rows])
+        begin += n
 
 
 def test_bad_document_ids_are_refused_before_launch(build_dir):
-    """Ids that run backwards (one document in two places) and a batch of two
-    sequences (the ids number one packed sequence) are refused; nothing is written."""
+    """Ids that run backwards (one document in two places) and ids of another length
+    than the rows are refused; nothing is written."""
     import torch
 
     import pipelink
     from pipelink.errors import PipeLinkError
     op = pipelink.load(build_dir / "sm_90a" / "attn_document_ids")
-    q, k, v = inputs(1, 300, 2, 2, 128, seed=13)
-    o = torch.full((1, 300, 2, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
+    q, k, v = (t[0] for t in inputs(1, 300, 2, 2, 128, seed=13))
+    o = torch.full((300, 2, 128), float("nan"), device="cuda", dtype=torch.bfloat16)
     ids = document_ids([100, 200], 0)
     ids[150] = 0
     with pytest.raises(PipeLinkError, match="must not decrease, but entry 150 is 0 after 1"):
-        op(q, k, v, ids, out=(o, torch.empty(1, 2, 300, device="cuda")))
+        op(q, k, v, ids, out=(o, torch.empty(2, 300, device="cuda")))
     assert bool(o.isnan().all())
-    q2, k2, v2 = inputs(2, 300, 2, 2, 128, seed=14)
-    with pytest.raises(PipeLinkError, match="B == 1"):
-        op(q2, k2, v2, document_ids([300], 0))
+    with pytest.raises(PipeLinkError, match="doc_ids"):
+        op(q, k, v, document_ids([100, 100], 0))
     torch.cuda.synchronize()
 
 

@@ -134,7 +134,9 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
                                               # Query tiles mapped from a BlockMask.
                                               ("attn_block_sparse", "backward", 32),
                                               # One staging buffer in the bounded store.
-                                              ("attn_document_d64", "forward", 32)])
+                                              ("attn_document_d64", "forward", 32),
+                                              # Documents from ids (attn_documents).
+                                              ("attn_document_ids", "backward", 32)])
 def test_attention_with_linked_functions_matches_monolithic_sass(out, name, kernel, exps):
     """The mask, score modifier and block layout reach the cores through glue-defined
     forwarders: after LTO nothing of them remains but their inlined code, the same

@@ -73,15 +73,15 @@ def test_bad_extends_is_refused(tmp_path, text, needle):
 
 
 def test_a_null_key_removes_what_the_base_set():
-    """attn_document drops the base's sched.seq bind (its scheduler has no such
-    argument) and rebinds the rest; attn_paged drops the base's backward kernel and its
+    """attn_document drops the base's sched.seq and sched.batch binds (its scheduler
+    has no such arguments: the documents come from its docs instance); attn_paged drops the base's backward kernel and its
     autograd section."""
     paged = load_recipe(ROOT / "recipes" / "attn_paged.yaml")
     assert list(paged.data["kernels"]) == ["forward"] and "autograd" not in paged.data
     recipe = load_recipe(ROOT / "recipes" / "attn_document.yaml")
     bind = recipe.data["kernels"]["forward"]["launch"]["bind"]
-    assert "sched.seq" not in bind
-    assert bind["sched.batch"] == "N - 1" and bind["load.tma_q"] == "q"
+    assert "sched.seq" not in bind and "sched.batch" not in bind
+    assert bind["docs.batch"] == "N - 1" and bind["load.tma_q"] == "q"
 
 
 def test_a_component_written_over_a_per_arch_choice_replaces_it(tmp_path):

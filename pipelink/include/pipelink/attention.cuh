@@ -225,38 +225,36 @@ __device__ __forceinline__ void load_head_tile(uint32_t stage, const void* map, 
   }
 }
 
-// A varlen scheduler's place in its documents (rows [cu_seqlens[b], cu_seqlens[b + 1])
-// of the packed tensors): the document holding its last record, that document's first
-// record and its rows. Record numbers only grow per block, so the cursor only moves
-// forward: finding a record's document is O(1) amortised. Offsets are clamped to [the
-// previous one, rows] and read through L2 (an earlier phase may have written them): a
-// malformed cu_seqlens leaves rows out but never addresses outside the tensors.
+// A varlen scheduler's place in its documents: the document holding its last record,
+// that document's first record and its rows. Where documents lie comes from an
+// attn_documents function (`end_of(b, begin)`: where document b, begun at row `begin`,
+// ends; offsets or ids, clamped there to [begin, rows]). Record numbers only grow per
+// block, so the cursor only moves forward: finding a record's document is O(1)
+// amortised. It stops after `documents` documents or at the first that begins at the
+// last row (every later one would be empty).
 struct DocumentCursor {
   uint32_t document;
   uint32_t first_record;
   int32_t row_begin;
   int32_t row_end;
 
-  __device__ static int32_t offset(const int32_t* cu_seqlens, uint32_t b, int32_t floor,
-                                   uint32_t rows) {
-    return min(max(__ldcg(cu_seqlens + b), floor), int32_t(rows));
-  }
-  __device__ void start(const int32_t* cu_seqlens, uint32_t documents, uint32_t rows) {
-    const int32_t begin = documents > 0 ? offset(cu_seqlens, 0, 0, rows) : 0;
-    *this = DocumentCursor{0, 0, begin,
-                           documents > 0 ? offset(cu_seqlens, 1, begin, rows) : begin};
+  template <class FirstOf, class EndOf>
+  __device__ void start(uint32_t documents, FirstOf first_of, EndOf end_of) {
+    const int32_t first = documents > 0 ? first_of() : 0;
+    *this = DocumentCursor{0, 0, first, documents > 0 ? end_of(0u, first) : first};
   }
   // Moves to the document of record r, each document having records_of(length) of them;
   // false past the last document.
-  template <class RecordsOf>
-  __device__ bool seek(uint32_t r, const int32_t* cu_seqlens, uint32_t documents,
-                       uint32_t rows, RecordsOf records_of) {
-    while (document < documents && r >= first_record + records_of(row_end - row_begin)) {
+  template <class RecordsOf, class EndOf>
+  __device__ bool seek(uint32_t r, uint32_t documents, int32_t rows, RecordsOf records_of,
+                       EndOf end_of) {
+    while (r >= first_record + records_of(row_end - row_begin)) {
+      if (document + 1 >= documents || row_end >= rows) return false;
       first_record += records_of(row_end - row_begin);
       row_begin = row_end;
-      if (++document < documents) row_end = offset(cu_seqlens, document + 1, row_begin, rows);
+      row_end = end_of(++document, row_begin);
     }
-    return document < documents;
+    return true;
   }
 };
 
