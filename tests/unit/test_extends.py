@@ -74,8 +74,8 @@ def test_bad_extends_is_refused(tmp_path, text, needle):
 
 def test_a_null_key_removes_what_the_base_set():
     """attn_document drops the base's sched.seq and sched.batch binds (its scheduler
-    has no such arguments: the documents come from its docs instance); attn_paged drops the base's backward kernel and its
-    autograd section."""
+    has no such arguments: the documents come from its docs instance); attn_paged drops
+    the base's backward kernel and its autograd section."""
     paged = load_recipe(ROOT / "recipes" / "attn_paged.yaml")
     assert list(paged.data["kernels"]) == ["forward"] and "autograd" not in paged.data
     recipe = load_recipe(ROOT / "recipes" / "attn_document.yaml")
