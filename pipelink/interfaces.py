@@ -106,6 +106,15 @@ INTERFACES: dict[str, Interface] = {i.name: i for i in (
                   (("float", "s"), (_I32, "batch"), (_I32, "head"), (_I32, "q"), (_I32, "kv")),
                   "the score of query q and key kv of (batch, head), given the scaled "
                   "dot product s"),
+         Function("grad", "float",
+                  (("float", "score"), (_I32, "batch"), (_I32, "head"), (_I32, "q"),
+                   (_I32, "kv")),
+                  "d score / d s where score() returned `score` (a backward core's chain "
+                  "rule; tanh soft-capping's is 1 - (score / cap)^2). Given the score, "
+                  "not s: a backward core keeps one of the two per element in its "
+                  "registers, and the score is the one the softmax needs. Finite "
+                  "everywhere, -inf included: the cores multiply it by P, which is 0 "
+                  "where an element is masked"),
          Function("identity", "bool", (),
                   "whether score() returns s unchanged (a constant: after the link's LTO "
                   "the core skips the call and folds the softmax scale into its "

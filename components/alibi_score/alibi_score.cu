@@ -14,6 +14,14 @@ extern "C" __device__ float pl_alibi_score_score_score(const pl_place_alibi_scor
   return fmaf(slope, float(kv - q), s);
 }
 
+// The bias does not depend on s.
+extern "C" __device__ float pl_alibi_score_score_grad(const pl_place_alibi_score&,
+                                                      const pl_args_alibi_score&,
+                                                      const pl::KernelInfo&, float, int32_t,
+                                                      int32_t, int32_t, int32_t) {
+  return 1.0f;
+}
+
 extern "C" __device__ bool pl_alibi_score_score_identity(const pl_place_alibi_score&,
                                                          const pl_args_alibi_score&,
                                                          const pl::KernelInfo&) {

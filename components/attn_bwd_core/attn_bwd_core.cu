@@ -173,6 +173,145 @@ __device__ __forceinline__ void score_gradients(float (&dp)[kScores], const floa
   }
 }
 
+// -- the score modifier's step ---------------------------------------------------------
+//
+// With a modifier m (score_identity() false), P^T = exp2(log2e m(scale S^T) - LSE2) and
+// dS^T = scale m'(score) P^T (dP^T - delta): the chain rule needs m'(score) beside P^T
+// until dP^T is in, and a modifier's own work beside dP^T's accumulators, which at head
+// dim 128 do not fit in a step's registers. So the step runs in halves of its queries,
+// each with half of every per-step array: S^T and dP^T of 32 queries (m64n32 wgmma),
+// P^T and W = m'(score) P^T straight into bf16 pairs (dV's A operand; dS^T's factor,
+// whose rounding is below dS^T's own), dS^T, the half's dV and dK GEMMs (K = its 32
+// queries) and its dS^T into the shared tile that dQ's GEMM reads whole.
+constexpr uint32_t kHalves = 2;
+constexpr uint32_t kHalfQ = kTileQ / kHalves;                 // queries per half
+constexpr uint32_t kHalfScores = kScores / kHalves;
+constexpr uint32_t kHalfSteps = kQuerySteps / kHalves;        // K steps of its dV and dK
+constexpr uint32_t kHalfBlocks = kBlocks / kHalves;           // 8-column blocks of its S^T
+constexpr uint32_t kPairsPerStep = 4;                         // bf16 pairs per A fragment
+using HalfPairs = uint32_t[kHalfSteps][kPairsPerStep];
+
+static_assert(kHalfQ % pl::wgmma::kK == 0, "a half's queries are whole K steps");
+
+// Element i of a half's accumulator is half i % 2 of pair i / 2 of its A fragments
+// (pack_a_operand's order).
+__device__ __forceinline__ uint32_t& pair_of(HalfPairs& a, uint32_t i) {
+  const uint32_t pair = i / Fragment::kColumnsPerThread;
+  return a[pair / kPairsPerStep][pair % kPairsPerStep];
+}
+
+// Issues S^T = K Q^T and dP^T = V dO^T for half `half` of the step's queries as two
+// committed batches.
+__device__ __forceinline__ void issue_half_scores(float (&s)[kHalfScores],
+                                                  float (&dp)[kHalfScores], uint32_t k_stage,
+                                                  uint32_t v_stage, uint32_t q_stage,
+                                                  uint32_t do_stage, uint32_t first_key,
+                                                  uint32_t half) {
+  pl::wgmma::fence_operands(s);
+  pl::wgmma::fence_operands(dp);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kHeadSteps; ++step) {
+    pl::wgmma::mma_bf16_ss<kHalfQ>(
+        s, pl::wgmma::desc_boxed_kmajor(k_stage, kTileN, first_key, step),
+        pl::wgmma::desc_boxed_kmajor(q_stage, kTileQ, half * kHalfQ, step), step > 0);
+  }
+  pl::wgmma::commit();
+#pragma unroll
+  for (uint32_t step = 0; step < kHeadSteps; ++step) {
+    pl::wgmma::mma_bf16_ss<kHalfQ>(
+        dp, pl::wgmma::desc_boxed_kmajor(v_stage, kTileN, first_key, step),
+        pl::wgmma::desc_boxed_kmajor(do_stage, kTileQ, half * kHalfQ, step), step > 0);
+  }
+  pl::wgmma::commit();
+}
+
+// A half's P^T and W in bf16 pairs from its S^T; masked elements (asked on a partial
+// step, as probabilities() does) get P = W = 0. grad() is finite everywhere (the
+// interface's promise), so W is 0 where P is; where it is 1 (a bias) W is P and the
+// two packs are one.
+__device__ __forceinline__ void modified_probabilities(const float (&s)[kHalfScores],
+                                                       HalfPairs& p, HalfPairs& w,
+                                                       const pl::KernelInfo& k,
+                                                       uint32_t stats_stage, Fragment f,
+                                                       StepTile t, uint32_t half,
+                                                       pl::attn::QueryStep qs,
+                                                       int32_t sequence) {
+#pragma unroll
+  for (uint32_t j = 0; j < kHalfBlocks; ++j) {
+    const int32_t column = f.col0 + int32_t(half * kHalfQ + pl::epi::kBlockCols * j);
+    const float2 lse = stats_pair(stats_stage, pl::attn::kLseRow, column);
+#pragma unroll
+    for (uint32_t e = 0; e < pl::epi::kFloatsPerBlock; e += Fragment::kColumnsPerThread) {
+      const uint32_t i = pl::epi::kFloatsPerBlock * j + e;
+      const int32_t kv = t.kv_first + f.row(uint32_t(Fragment::row_half(i)));
+      float prob[Fragment::kColumnsPerThread], factor[Fragment::kColumnsPerThread];
+#pragma unroll
+      for (uint32_t c = 0; c < Fragment::kColumnsPerThread; ++c) {
+        const int32_t q = t.q_first + column + int32_t(c);
+        const bool keep = !t.partial ||
+                          (kv < t.len && q < t.len && pl_attn_bwd_core_mask_keep(k, q, kv));
+        const float score = pl_attn_bwd_core_score_score(k, s[i + c] * kScale, sequence,
+                                                         qs.head, q, kv);
+        prob[c] = keep ? pl::attn::exp2_approx(
+                             fmaf(score, pl::attn::kLog2e, -(c == 0 ? lse.x : lse.y)))
+                       : 0.0f;
+        factor[c] = prob[c] * pl_attn_bwd_core_score_grad(k, score, sequence, qs.head, q, kv);
+      }
+      pair_of(p, i) = pl::epi::pack_bf16x2(prob[0], prob[1]);
+      pair_of(w, i) = pl::epi::pack_bf16x2(factor[0], factor[1]);
+    }
+  }
+}
+
+// A half's dS^T = scale W (dP^T - delta), in bf16 pairs.
+__device__ __forceinline__ void modified_score_gradients(const float (&dp)[kHalfScores],
+                                                         HalfPairs& w, HalfPairs& ds,
+                                                         uint32_t stats_stage, Fragment f,
+                                                         uint32_t half) {
+#pragma unroll
+  for (uint32_t j = 0; j < kHalfBlocks; ++j) {
+    const int32_t column = f.col0 + int32_t(half * kHalfQ + pl::epi::kBlockCols * j);
+    const float2 delta = stats_pair(stats_stage, pl::attn::kDeltaRow, column);
+#pragma unroll
+    for (uint32_t e = 0; e < pl::epi::kFloatsPerBlock; e += Fragment::kColumnsPerThread) {
+      const uint32_t i = pl::epi::kFloatsPerBlock * j + e;
+      float grad[Fragment::kColumnsPerThread];
+#pragma unroll
+      for (uint32_t c = 0; c < Fragment::kColumnsPerThread; ++c) {
+        const float factor = pl::epi::unpack_bf16(pair_of(w, i), c);
+        grad[c] = kScale * factor * (dp[i + c] - (c == 0 ? delta.x : delta.y));
+      }
+      pair_of(ds, i) = pl::epi::pack_bf16x2(grad[0], grad[1]);
+    }
+  }
+}
+
+// Issues a half's dV += P^T dO and dK += dS^T Q (K: its queries) as one committed batch.
+__device__ __forceinline__ void issue_half_key_grads(float (&dk)[kGrads], float (&dv)[kGrads],
+                                                     HalfPairs& p, HalfPairs& ds,
+                                                     uint32_t q_stage, uint32_t do_stage,
+                                                     uint32_t half) {
+  pl::wgmma::fence_fragments(p);
+  pl::wgmma::fence_fragments(ds);
+  pl::wgmma::fence_operands(dk);
+  pl::wgmma::fence_operands(dv);
+  pl::wgmma::fence();
+#pragma unroll
+  for (uint32_t step = 0; step < kHalfSteps; ++step) {
+    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
+        dv, p[step], pl::wgmma::desc_boxed_mnmajor(do_stage, kTileQ, 0, half * kHalfSteps + step),
+        kAccumulate);
+  }
+#pragma unroll
+  for (uint32_t step = 0; step < kHalfSteps; ++step) {
+    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
+        dk, ds[step], pl::wgmma::desc_boxed_mnmajor(q_stage, kTileQ, 0, half * kHalfSteps + step),
+        kAccumulate);
+  }
+  pl::wgmma::commit();
+}
+
 // Issues dV += P^T dO and dK += dS^T Q (register A, B MN-major: N = head_dim) as one
 // committed batch.
 __device__ __forceinline__ void issue_key_grads(float (&dk)[kGrads], float (&dv)[kGrads],
@@ -199,17 +338,19 @@ __device__ __forceinline__ void issue_key_grads(float (&dk)[kGrads], float (&dv)
 
 // dS^T's bf16 pairs (the register fragments of dK's GEMM) into a shared [tile_n keys]
 // x [64 queries] tile, 128-byte swizzled: row r's 16-byte chunk c sits at chunk
-// c ^ (r % 8), so dQ's GEMM reads dS from it M-major. Fragment K step j, register r
-// holds 8-column block 2j + r / 2 of row half r % 2.
+// c ^ (r % 8), so dQ's GEMM reads dS from it M-major. Fragment K step j (of the tile's
+// from `first_step`), register r holds 8-column block 2j + r / 2 of row half r % 2.
+template <uint32_t kSteps>
 __device__ __forceinline__ void store_score_grads(uint32_t buffer,
-                                                  const uint32_t (&ds)[kQuerySteps][4],
-                                                  Fragment f, uint32_t first_key) {
+                                                  const uint32_t (&ds)[kSteps][4],
+                                                  Fragment f, uint32_t first_key,
+                                                  uint32_t first_step = 0) {
   constexpr uint32_t kRegsPerBlockPair = 2;
 #pragma unroll
-  for (uint32_t j = 0; j < kQuerySteps; ++j) {
+  for (uint32_t j = 0; j < kSteps; ++j) {
 #pragma unroll
     for (uint32_t r = 0; r < 4; ++r) {
-      const uint32_t block = kRegsPerBlockPair * j + r / kRegsPerBlockPair;
+      const uint32_t block = kRegsPerBlockPair * (first_step + j) + r / kRegsPerBlockPair;
       const uint32_t row = first_key + uint32_t(f.row(r % kRegsPerBlockPair));
       const uint32_t chunk = block ^ (row % pl::epi::kSwizzleRows);
       const uint32_t offset = buffer + row * pl::epi::kSwizzleRowBytes +
@@ -327,6 +468,9 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   // their next statistics are loaded late. At head dim 128 the mapping's loads and
   // addresses do not fit beside a step's registers otherwise.
   const bool contiguous = pl_attn_bwd_core_q_tiles_contiguous(k);   // a constant after LTO
+  // A score modifier's per-element work does not fit beside an early load either.
+  const bool identity = pl_attn_bwd_core_score_identity(k);         // likewise
+  const bool early = contiguous && identity;
   int32_t mapped_tile = placed(slot).q_tile;
   // The first step's statistics; each step stages the next one's before its barrier.
   if (tile.k_tiles() > 0) {
@@ -353,21 +497,55 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     asm volatile("" : "+r"(k_here), "+r"(v_here));
     float s[kScores], dp[kScores], dq[kDq];
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
-    issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
+    if (identity) {
+      issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
+    }
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
     const pl::attn::QueryStep next_qs = more ? placed(next_slot) : qs;
-    const float early_stat = more && contiguous ? load_stat(args, tile, next_qs, local) : 0.0f;
-    pl::wgmma::wait<1>();
-    pl::wgmma::fence_operands(s);
-    probabilities(s, k, stats_stage, f, t);
-    pl::wgmma::wait<0>();
-    pl::wgmma::fence_operands(dp);
-    score_gradients(dp, s, stats_stage, f);
-    pl::attn::pack_a_operand(s, p_frag);
-    pl::attn::pack_a_operand(dp, ds_frag);
-    issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
+    const float early_stat = more && early ? load_stat(args, tile, next_qs, local) : 0.0f;
+    if (identity) {
+      pl::wgmma::wait<1>();
+      pl::wgmma::fence_operands(s);
+      probabilities(s, k, stats_stage, f, t);
+      pl::wgmma::wait<0>();
+      pl::wgmma::fence_operands(dp);
+      score_gradients(dp, s, stats_stage, f);
+      pl::attn::pack_a_operand(s, p_frag);
+      pl::attn::pack_a_operand(dp, ds_frag);
+      issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
+    } else {
+      // A half's dV and dK GEMMs complete at the next half's first wait, the last
+      // half's here: its fragments are dead before dQ's GEMM.
+      HalfPairs half_p[kHalves], half_w[kHalves], half_ds[kHalves];
+      const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
+#pragma unroll
+      for (uint32_t half = 0; half < kHalves; ++half) {
+        float half_s[kHalfScores], half_dp[kHalfScores];
+        // Each half derives its descriptors anew (as k_here above): shared between the
+        // halves, they would hold 32 registers across the first.
+        uint32_t k_half = k_here, v_half = v_here;
+        asm volatile("" : "+r"(k_half), "+r"(v_half));
+        issue_half_scores(half_s, half_dp, k_half, v_half, q_stage, do_stage, first_key, half);
+        pl::wgmma::wait<1>();
+        pl::wgmma::fence_operands(half_s);
+        if (half > 0) {
+          pl::wgmma::fence_fragments(half_p[half - 1]);
+          pl::wgmma::fence_fragments(half_ds[half - 1]);
+        }
+        modified_probabilities(half_s, half_p[half], half_w[half], k, stats_stage, f, t, half,
+                               qs, tile.group);
+        pl::wgmma::wait<0>();
+        pl::wgmma::fence_operands(half_dp);
+        modified_score_gradients(half_dp, half_w[half], half_ds[half], stats_stage, f, half);
+        issue_half_key_grads(dk, dv, half_p[half], half_ds[half], q_stage, do_stage, half);
+        store_score_grads(ds_buffer, half_ds[half], f, first_key, half * kHalfSteps);
+      }
+      pl::wgmma::wait<0>();
+      pl::wgmma::fence_fragments(half_p[kHalves - 1]);
+      pl::wgmma::fence_fragments(half_ds[kHalves - 1]);
+    }
     if (more) {
-      const float next_stat = contiguous ? early_stat : load_stat(args, tile, next_qs, local);
+      const float next_stat = early ? early_stat : load_stat(args, tile, next_qs, local);
       store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
     }
     // dS^T (and the next step's statistics) in shared memory before any reads them:
@@ -375,7 +553,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     // turn: a warpgroup reaches step n's barrier only after it is done with step
     // n - 1's, so step n + 1's writes never meet step n - 1's reads.
     const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
-    store_score_grads(ds_buffer, ds_frag, f, first_key);
+    if (identity) store_score_grads(ds_buffer, ds_frag, f, first_key);
     pl::fence_proxy_async_smem();
     pl::named_sync(publish, publish_threads);
     issue_query_grads(dq, ds_buffer, k_here, warpgroup);
@@ -383,8 +561,10 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     pl::wgmma::fence_operands(dk);
     pl::wgmma::fence_operands(dv);
     pl::wgmma::fence_operands(dq);
-    pl::wgmma::fence_fragments(p_frag);
-    pl::wgmma::fence_fragments(ds_frag);
+    if (identity) {
+      pl::wgmma::fence_fragments(p_frag);
+      pl::wgmma::fence_fragments(ds_frag);
+    }
     if (releaser) {
       pl::consumer_release(at.port.q, st.q);
       pl::consumer_release(at.port.d_o, st.d_o);

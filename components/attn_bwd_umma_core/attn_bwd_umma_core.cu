@@ -230,14 +230,24 @@ __device__ __forceinline__ void settle(uint32_t (&pairs)[kPacked], uint32_t firs
   }
 }
 
+// Whose scores a step's are, for the score modifier: the sequence and the query head.
+struct ScoreOf {
+  int32_t sequence;
+  int32_t head;
+};
+
 // P^T = exp2(scale log2e S^T - LSE2) (0 where masked) and dS^T = scale P^T (dP^T -
 // delta) along this thread's key row, as bf16 pairs (the lower query in the low half).
+// With a score modifier m, P^T = exp2(log2e m(scale S^T) - LSE2) and dS^T takes m' (the
+// interface's grad, given the score).
 // Half a row at a time, read from Tensor Memory just before: S^T and dP^T of the whole
 // row would not fit beside the pairs in the role's registers.
 __device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row,
                                                const pl::KernelInfo& k, uint32_t stats,
-                                               StepTile t, uint32_t (&p_pairs)[kPacked],
+                                               StepTile t, ScoreOf of,
+                                               uint32_t (&p_pairs)[kPacked],
                                                uint32_t (&ds_pairs)[kPacked]) {
+  const bool identity = pl_attn_bwd_umma_core_score_identity(k);   // a constant after LTO
 #pragma unroll
   for (uint32_t half = 0; half < kRowHalves; ++half) {
     float s[kHalfRow], dp[kHalfRow];
@@ -253,12 +263,22 @@ __device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row,
         const uint32_t i = half * kHalfRow + j + h;     // the query in the step
         const int32_t q = t.q_first + int32_t(i);
         const float lse = staged_stat(stats, pl::attn::kLseRow, i);
-        p[h] = pl::attn::exp2_approx(fmaf(s[j + h], kScaleLog2, -lse));
+        // With a modifier m: P^T = exp2(log2e m(scale S^T) - LSE2) and dS^T takes m'.
+        float slope = 1.0f;
+        if (identity) {
+          p[h] = pl::attn::exp2_approx(fmaf(s[j + h], kScaleLog2, -lse));
+        } else {
+          const float score = pl_attn_bwd_umma_core_score_score(k, s[j + h] * kScale,
+                                                                of.sequence, of.head, q, t.kv);
+          p[h] = pl::attn::exp2_approx(fmaf(score, pl::attn::kLog2e, -lse));
+          slope = pl_attn_bwd_umma_core_score_grad(k, score, of.sequence, of.head, q, t.kv);
+        }
         if (t.partial &&
             (t.kv >= t.len || q >= t.len || !pl_attn_bwd_umma_core_mask_keep(k, q, t.kv))) {
           p[h] = 0.0f;
         }
         ds[h] = kScale * p[h] * (dp[j + h] - staged_stat(stats, pl::attn::kDeltaRow, i));
+        if (!identity) ds[h] *= slope;
       }
       const uint32_t pair = (half * kHalfRow + j) / kPair;
       p_pairs[pair] = pl::epi::pack_bf16x2(p[0], p[1]);
@@ -349,7 +369,8 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
     pl::mbar::wait(at.mbar.s_full, st.s.phase);
     pl::tcgen05::fence_after_thread_sync();
     uint32_t p_pairs[kPacked], ds_pairs[kPacked];
-    step_gradients(lanes + at.tmem.s, lanes + at.tmem.dp, k, stats, t, p_pairs, ds_pairs);
+    step_gradients(lanes + at.tmem.s, lanes + at.tmem.dp, k, stats, t,
+                   ScoreOf{tile.group, qs.head}, p_pairs, ds_pairs);
     pl::tcgen05::store_row_x32(lanes + at.tmem.p, p_pairs);
     pl::tcgen05::store_row_x32(lanes + at.tmem.ds, ds_pairs);
     // The row's eight swizzled chunk addresses, derived per step: kept across the

@@ -4,9 +4,10 @@ modifiers, block layouts and schedulers linked into it) against an fp32 PyTorch
 reference, per element, on fresh random inputs. O and LSE are poisoned with NaN first,
 so a tile left unwritten, a row written for the wrong sequence or head, or one wrong
 key tile fails. The backward kernels of attn_causal, attn_dense, attn_sliding,
-attn_document and attn_block_sparse (one attn_bwd_core object) against autograd through
-the fp32 reference (and FlexAttention's backward for BlockMasks), every output
-poisoned, directly and through the recipes' autograd ops."""
+attn_document, attn_block_sparse, attn_softcap and attn_alibi (one attn_bwd_core object,
+the score modifiers' derivatives linked in) against autograd through the fp32 reference
+(and FlexAttention's backward for BlockMasks), every output poisoned, directly and
+through the recipes' autograd ops."""
 
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 
 BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
-            "attn_causal_deterministic", "attn_block_sparse")
+            "attn_causal_deterministic", "attn_block_sparse", "attn_softcap", "attn_alibi")
 BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
                "attn_sliding_d64", "attn_document_d64", "attn_block_sparse_d64")
 GRAD_CASES = [  # recipe, B, S, H, HKV
@@ -134,7 +135,14 @@ GRAD_CASES = [  # recipe, B, S, H, HKV
     ("attn_causal_d64", 1, 1000, 4, 2),
     ("attn_dense_d64", 2, 333, 2, 1),
     ("attn_sliding_d64", 1, 2200, 2, 1),
+    ("attn_softcap", 2, 600, 2, 2),     # scores scaled into the cap's bend (SCORE_SCALE)
+    ("attn_softcap", 1, 333, 4, 1),
+    ("attn_alibi", 1, 300, 16, 4),
+    ("attn_alibi", 2, 200, 16, 16),
 ]
+# Q scaled so that scores reach the soft cap's bend (|s| ~ 30): with unit inputs they stay
+# where tanh is linear and a wrong derivative of the cap would pass unseen.
+SCORE_SCALE = {"attn_softcap": 12.0}
 GRAD_RTOL = 5e-2     # P and dS rounded to bf16 for their GEMMs, gradients to bf16
 
 
@@ -166,6 +174,7 @@ def test_backward_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
     import pipelink
     ks = pipelink.load(build_dir / mode / recipe)
     q, k, v = inputs(b, s, h, hkv, head_dim(recipe), seed=7 * b + s + h)
+    q = (q.float() * SCORE_SCALE.get(recipe, 1.0)).to(q.dtype)
     d_o = torch.randn(q.shape, device="cuda",
                       generator=torch.Generator(device="cuda").manual_seed(s)).to(q.dtype)
     want = grad_reference(q, k, v, d_o, recipe)
@@ -638,15 +647,16 @@ def test_bad_offsets_and_pages_are_refused_before_launch(build_dir):
 
 
 def test_backward_through_the_forward_only_op_is_an_error(build_dir):
-    """attn_softcap has no backward kernel (a score modifier's gradient is not built):
-    backpropagating through it must fail loudly, never leave q.grad silently empty."""
-
+    """attn_paged has no backward kernel (prefill over a paged cache): backpropagating
+    through it must fail loudly, never leave q.grad silently empty."""
     import pipelink
     from pipelink.errors import PipeLinkError
-    op = pipelink.load(build_dir / "sm_90a" / "attn_softcap")
+    op = pipelink.load(build_dir / "sm_90a" / "attn_paged")
     q, k, v = inputs(1, 128, 2, 2, 128, seed=13)
+    k_cache, table = paged(k, 64, spare=1, seed=13)
+    v_cache, _ = paged(v, 64, spare=1, seed=13)
     q.requires_grad_(True)
-    o, _ = op(q, k, v)
+    o, _ = op(q, k_cache, v_cache, table)
     with pytest.raises(PipeLinkError, match="has no backward kernel"):
         o.float().sum().backward()
     assert q.grad is None

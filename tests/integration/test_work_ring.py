@@ -133,6 +133,9 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
                                               ("attn_block_sparse", "forward", 64),
                                               # Query tiles mapped from a BlockMask.
                                               ("attn_block_sparse", "backward", 32),
+                                              # A score modifier's derivative (halves).
+                                              ("attn_softcap", "backward", 32),
+                                              ("attn_alibi", "backward", 32),
                                               # One staging buffer in the bounded store.
                                               ("attn_document_d64", "forward", 32),
                                               # Documents from ids (attn_documents).

@@ -53,6 +53,12 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Half `which` (0: lo, 1: hi) of a pack_bf16x2 pair, as a float (exact).
+__device__ __forceinline__ float unpack_bf16(uint32_t pair, uint32_t which) {
+  constexpr uint32_t kBf16Bits = 16;
+  return __uint_as_float(which == 0 ? pair << kBf16Bits : pair & ~((1u << kBf16Bits) - 1u));
+}
+
 // silu(x) = x * sigmoid(x) = 0.5 x (1 + tanh(x / 2)): one MUFU op per element.
 __device__ __forceinline__ float silu(float x) {
   const float half_x = 0.5f * x;

@@ -124,7 +124,7 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // D (64 x N, fp32) = A * B^T (+ D when `accumulate` is non-zero), A and B from
-// shared memory through descriptors, N = 64, 128 or 256. kMnMajorA / kMnMajorB: the
+// shared memory through descriptors, N = 32, 64, 128 or 256. kMnMajorA / kMnMajorB: the
 // operand's tile is MN-major (the instruction's transpose bit); else K-major.
 #define PL_WGMMA_D8(d, i)                                                                 \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),         \
@@ -133,10 +133,19 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 template <int N, bool kMnMajorA = false, bool kMnMajorB = false>
 __device__ __forceinline__ void mma_bf16_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
                                             uint32_t accumulate) {
-  static_assert(N == 64 || N == 128 || N == 256,
-                "wgmma tiles here are 64, 128 or 256 wide: change tile_n");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 256,
+                "wgmma tiles here are 32, 64, 128 or 256 wide: change tile_n");
   constexpr int kTransA = kMnMajorA, kTransB = kMnMajorB;
-  if constexpr (N == 64) {
+  if constexpr (N == 32) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (N == 64) {
     asm volatile(
         "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
