@@ -48,8 +48,12 @@ ROTATE = 2
 SHAPES = {128: [(4, 16, 4096, 128), (1, 16, 16384, 128)], 64: [(8, 16, 2048, 64)]}
 WINDOW = 1024
 RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document",
-           "attn_document_ids", "attn_paged", "attn_causal_d64", "attn_dense_d64",
-           "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64")
+           "attn_document_ids", "attn_paged", "attn_softcap", "attn_alibi", "attn_causal_d64",
+           "attn_dense_d64", "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64")
+# Causal with a score modifier: SDPA has none (ALiBi only as an [H, S, S] bias tensor),
+# so FlexAttention's score_mod is both the baseline and the reference.
+SCORED = ("attn_softcap", "attn_alibi")
+SOFTCAP = 30.0
 HEAD_DIM_64 = "_d64"    # the suffix of a recipe built at head dim 64
 # Packed documents: by offsets (rows without a batch), or by an id per token (B = 1).
 DOCUMENTS = ("attn_document", "attn_document_ids")
@@ -106,6 +110,17 @@ def mask_mod_of(recipe: str, doc=None):  # noqa: ANN001, ANN201
     return lambda b, h, q, kv: q >= kv
 
 
+def score_mod_of(recipe: str, heads: int):  # noqa: ANN201
+    """The FlexAttention score_mod of a recipe's score modifier (None: the identity)."""
+    import torch
+    if recipe == "attn_softcap":
+        return lambda score, b, h, q, kv: SOFTCAP * torch.tanh(score / SOFTCAP)
+    if recipe == "attn_alibi":
+        slopes = torch.exp2(-8.0 * torch.arange(1, heads + 1, device="cuda") / heads)
+        return lambda score, b, h, q, kv: score + slopes[h] * (kv - q)
+    return None
+
+
 def dense_mask(mask_mod, s: int):  # noqa: ANN001, ANN201
     """[s, s] booleans of a mask_mod (for SDPA and for counting the work)."""
     import torch
@@ -146,9 +161,10 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
     if gathered:    # the op reads the caches; the baselines gather K and V first
         caches = [(*page_cache(k, seed=i), page_cache(v, seed=i)[0])
                   for i, (_, k, v) in enumerate(sets)]
+    score_mod = score_mod_of(recipe, h)
+    causal = recipe in ("attn_causal", "attn_paged", *SCORED)
     boolean = (dense_mask(mask_mod, s)
-               if recipe not in ("attn_causal", "attn_dense", "attn_paged") else None)
-    causal = recipe in ("attn_causal", "attn_paged")
+               if not causal and recipe != "attn_dense" else None)
     pairs = s * (s + 1) // 2 if causal else (
         s * s if boolean is None else int(boolean.sum()))
     turn = [0]
@@ -187,19 +203,22 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
 
     def flex() -> object:
         q, k, v = operands()
-        return flex_compiled(q, k, v, block_mask=block_mask).transpose(1, 2)
+        return flex_compiled(q, k, v, score_mod=score_mod,
+                             block_mask=block_mask).transpose(1, 2)
 
-    fns = {"linked": ours(ops["linked"]), "mono": ours(ops["mono"]), "sdpa": sdpa,
-           "flex": flex}
+    fns = {"linked": ours(ops["linked"]), "mono": ours(ops["mono"]), "flex": flex}
+    if score_mod is None:
+        fns["sdpa"] = sdpa
+    reference = "sdpa" if score_mod is None else "flex"
     errors = {}
     for name, fn in fns.items():
         turn[0] = ROTATE - 1
         got = fn().float()
         turn[0] = ROTATE - 1
-        want = sdpa().float()
+        want = fns[reference]().float()
         errors[name] = float((got - want).abs().max())
         if not errors[name] < 3e-2:
-            raise SystemExit(f"{name} is wrong: max |diff| vs SDPA {errors[name]:.3g}")
+            raise SystemExit(f"{name} is wrong: max |diff| vs {reference} {errors[name]:.3g}")
     events = interleaved(fns, rounds, 1)
     try:
         from triton.testing import do_bench
@@ -207,8 +226,8 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
                    for k, f in fns.items()}
     except ImportError:
         flushed = None
-    return {"events_ms": events, "do_bench_ms": flushed, "max_abs_diff_vs_sdpa": errors,
-            "pairs": pairs * b}
+    return {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
+            f"max_abs_diff_vs_{reference}": errors, "pairs": pairs * b}
 
 
 def run(build: Path, rounds: int, out: Path | None,
@@ -236,36 +255,47 @@ def run(build: Path, rounds: int, out: Path | None,
             rows.append(r)
             e = r["events_ms"]
             print(f"{recipe} B{b} H{h} S{s} D{d} | linked {e['linked']:.3f} mono "
-                  f"{e['mono']:.3f} sdpa {e['sdpa']:.3f} flex {e['flex']:.3f} | "
-                  f"{flops / e['linked'] / 1e9:.0f} TFLOP/s, sdpa "
-                  f"{flops / e['sdpa'] / 1e9:.0f}", flush=True)
+                  f"{e['mono']:.3f} sdpa {cell(e.get('sdpa'), '.3f')} flex "
+                  f"{e['flex']:.3f} | {flops / e['linked'] / 1e9:.0f} TFLOP/s", flush=True)
     data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "peak_tflops": peak, "rows": rows}
     if out:
         write_rows(out, data, recipes, RECIPES)
 
 
+def cell(value: float | None, spec: str) -> str:
+    """A number for a table, or '-' where the baseline has no such case (SDPA has no
+    score modifiers)."""
+    return "-" if value is None else format(value, spec)
+
+
 def summary_lines(rows: list[dict], recipes: tuple[str, ...]) -> list[str]:
-    """Per recipe: geomean ratios against SDPA and Flex (both timers), linked/mono."""
+    """Per recipe: geomean ratios against SDPA (where it has the case) and Flex (both
+    timers), linked/mono."""
     lines = []
     for recipe in recipes:
         mine = [r for r in rows if r["recipe"] == recipe]
         if not mine:
             continue
-
-        def ratio(num: str, den: str, rows: list[dict] = mine,
-                  timer: str = "events_ms") -> float:
-            return geomean([r[timer][num] / r[timer][den] for r in rows])
-        flushed = all(r["do_bench_ms"] for r in mine)
-        lines.append(
-            f"- {recipe}: vs SDPA {ratio('sdpa', 'linked'):.2f}x (events)"
-            + (f", {ratio('sdpa', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
-               if flushed else "")
-            + f"; vs FlexAttention {ratio('flex', 'linked'):.2f}x (events)"
-            + (f", {ratio('flex', 'linked', timer='do_bench_ms'):.2f}x (do_bench)"
-               if flushed else "")
-            + f"; linked/mono {ratio('linked', 'mono'):.3f}")
+        parts = [versus(mine, "SDPA", "sdpa")] if all("sdpa" in r["events_ms"]
+                                                       for r in mine) else []
+        parts += [versus(mine, "FlexAttention", "flex"),
+                  f"linked/mono {ratio(mine, 'linked', 'mono'):.3f}"]
+        lines.append(f"- {recipe}: " + "; ".join(parts))
     return lines
+
+
+def ratio(rows: list[dict], num: str, den: str, timer: str = "events_ms") -> float:
+    """Geomean of num's time over den's across the rows."""
+    return geomean([r[timer][num] / r[timer][den] for r in rows])
+
+
+def versus(rows: list[dict], name: str, baseline: str) -> str:
+    """The speed-up over a baseline by events, and by do_bench where every row has it."""
+    text = f"vs {name} {ratio(rows, baseline, 'linked'):.2f}x (events)"
+    if all(r["do_bench_ms"] for r in rows):
+        text += f", {ratio(rows, baseline, 'linked', 'do_bench_ms'):.2f}x (do_bench)"
+    return text
 
 
 def table_lines(rows: list[dict]) -> list[str]:
@@ -277,13 +307,15 @@ def table_lines(rows: list[dict]) -> list[str]:
              "| --- | --- | --- | --- |"]
     for r in rows:
         e, d = r["events_ms"], r["do_bench_ms"] or {}
+        sdpa = e.get("sdpa")
         lines.append(f"| {r['recipe']} | {r['B']} | {r['H']} | {r['S']} | {r['D']} | "
-                     f"{e['linked']:.3f} | {e['mono']:.3f} | {e['sdpa']:.3f} | "
-                     f"{e['flex']:.3f} | {e['sdpa'] / e['linked']:.2f} | "
+                     f"{e['linked']:.3f} | {e['mono']:.3f} | {cell(sdpa, '.3f')} | "
+                     f"{e['flex']:.3f} | "
+                     f"{cell(sdpa and sdpa / e['linked'], '.2f')} | "
                      f"{e['flex'] / e['linked']:.2f} | {r['flops'] / e['linked'] / 1e9:.0f} | "
-                     f"{r['flops'] / e['sdpa'] / 1e9:.0f} | {d.get('linked', 0):.3f} | "
-                     f"{d.get('sdpa', 0):.3f} | {d.get('flex', 0):.3f} | "
-                     f"{r['floor_ms']:.3f} |")
+                     f"{cell(sdpa and r['flops'] / sdpa / 1e9, '.0f')} | "
+                     f"{d.get('linked', 0):.3f} | {cell(d.get('sdpa'), '.3f')} | "
+                     f"{d.get('flex', 0):.3f} | {r['floor_ms']:.3f} |")
     return lines
 
 
@@ -298,10 +330,11 @@ def tflops_svg(rows: list[dict], peak: float, what: str) -> str:
     for r in rows:
         times = r["do_bench_ms"] or r["events_ms"]
         case = f'{r["recipe"]} B{r["B"]} H{r["H"]} S{r["S"]} D{r["D"]}'
-        bars = []
+        bars: list[Bar | None] = []
         for variant, color in PLOT_BARS:
-            tflops = r["flops"] / times[variant] / 1e9
-            bars.append(Bar(tflops, color, f"{case} {variant}: {tflops:.0f} TFLOP/s"))
+            tflops = r["flops"] / times[variant] / 1e9 if variant in times else None
+            bars.append(None if tflops is None else
+                        Bar(tflops, color, f"{case} {variant}: {tflops:.0f} TFLOP/s"))
         label = r["recipe"].removeprefix("attn_")
         groups.append(BarGroup(bars, (label[:8], f'S{r["S"] // 1024}k D{r["D"]}')))
     layout = BarLayout(width=60 + 46 * len(rows), height=300, group=46, step=13, bar=12)
@@ -318,9 +351,12 @@ def report(path: Path) -> None:
              f"Generated by `python bench/attention.py --report bench/{path.name}`; torch "
              f"{data['torch']}. recipes/attn_causal, attn_dense, attn_sliding (window "
              "1024), attn_block_sparse (a strided causal BlockMask), attn_document "
-             "(packed documents of 256-3072 tokens, causal within each) and "
-             "attn_document_ids (the same documents named by an id per token): one "
-             "attn_fwd_core object, the mask, scheduler and block layout linked in "
+             "(packed documents of 256-3072 tokens, causal within each), "
+             "attn_document_ids (the same documents named by an id per token), "
+             "attn_softcap and attn_alibi (causal with tanh soft-capping at 30 or "
+             "ALiBi's bias: against Flex's score_mod alone, SDPA has neither): one "
+             "attn_fwd_core object, the mask, score modifier, scheduler and block layout "
+             "linked in "
              "(attn_causal_d64 and attn_dense_d64: the same components at head dim 64, "
              "one object of their own); "
              "against SDPA (a boolean mask where not dense or causal) and "

@@ -36,10 +36,13 @@ from results_md import bench_main, put_section, write_rows, write_text  # noqa: 
 
 from bench.attention import (  # noqa: E402
     DOCUMENTS,
+    SCORED,
+    cell,
     dense_mask,
     document_lengths,
     mask_mod_of,
     mask_recipe,
+    score_mod_of,
     shapes_of,
     summary_lines,
     table_lines,
@@ -49,10 +52,11 @@ from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
 
 ROTATE = 2
 RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
-           "attn_document", "attn_document_ids", "attn_block_sparse", "attn_causal_d64",
-           "attn_dense_d64", "attn_sliding_d64", "attn_block_sparse_d64")
+           "attn_document", "attn_document_ids", "attn_block_sparse", "attn_softcap",
+           "attn_alibi", "attn_causal_d64", "attn_dense_d64", "attn_sliding_d64",
+           "attn_block_sparse_d64")
 FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
-TOLERANCE = 5e-2                  # max |diff| vs SDPA, relative to the gradient's max
+TOLERANCE = 5e-2                  # max |diff| vs the reference, relative to its max
 
 
 def dq_turns(recipe: str, rows: int, b: int, extra: tuple) -> int:
@@ -91,7 +95,8 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
         saved = extra[4:]
     boolean = (dense_mask(mask_mod, s)
                if recipe in ("attn_sliding", "attn_block_sparse", *DOCUMENTS) else None)
-    causal = recipe in ("attn_causal", "attn_causal_deterministic")
+    causal = recipe in ("attn_causal", "attn_causal_deterministic", *SCORED)
+    score_mod = score_mod_of(recipe, h)    # SDPA has none: Flex is then the reference
     pairs = s * (s + 1) // 2 if causal else (s * s if boolean is None else int(boolean.sum()))
     flex_compiled = torch.compile(flex_attention)
 
@@ -105,9 +110,10 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
         ours = tuple(t[0] if documents else t for t in (d_o, q, k, v))
         o, lse = kernels["linked"].forward(*ours[1:], *extra)
         sdpa_in = [leaves(t) for t in (q, k, v)]
-        sdpa_o = F.scaled_dot_product_attention(*sdpa_in, attn_mask=boolean, is_causal=causal)
+        sdpa_o = (F.scaled_dot_product_attention(*sdpa_in, attn_mask=boolean, is_causal=causal)
+                  if score_mod is None else None)
         flex_in = [leaves(t) for t in (q, k, v)]
-        flex_o = flex_compiled(*flex_in, block_mask=block_mask)
+        flex_o = flex_compiled(*flex_in, score_mod=score_mod, block_mask=block_mask)
         turns = dq_turns(recipe, b * s, b, extra)
         grads = tuple(torch.empty_like(t) for t in ours[1:]) + (
             torch.empty(h, 2, b * s, device="cuda"), torch.empty_like(ours[1], dtype=torch.float32),
@@ -136,17 +142,20 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
         return call
 
     fns = {"linked": ours(kernels["linked"].backward), "mono": ours(kernels["mono"].backward),
-           "sdpa": autograd("sdpa"), "flex": autograd("flex")}
+           "flex": autograd("flex")}
+    if score_mod is None:
+        fns["sdpa"] = autograd("sdpa")
+    reference = "sdpa" if score_mod is None else "flex"
     errors = {}
     for name, fn in fns.items():
         turn[0] = ROTATE - 1
         got = fn()
         turn[0] = ROTATE - 1
-        want = fns["sdpa"]()
+        want = fns[reference]()
         errors[name] = max(float((g.float() - w.float()).abs().max() / w.float().abs().max())
                            for g, w in zip(got, want, strict=True))
         if not errors[name] < TOLERANCE:
-            raise SystemExit(f"{recipe} {name} is wrong: max relative |diff| vs SDPA "
+            raise SystemExit(f"{recipe} {name} is wrong: max relative |diff| vs {reference} "
                              f"{errors[name]:.3g}")
     events = interleaved(fns, rounds, 1)
     try:
@@ -155,8 +164,8 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
                    for k, f in fns.items()}
     except ImportError:
         flushed = None
-    return {"events_ms": events, "do_bench_ms": flushed, "max_rel_diff_vs_sdpa": errors,
-            "pairs": pairs * b}
+    return {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
+            f"max_rel_diff_vs_{reference}": errors, "pairs": pairs * b}
 
 
 def run(build: Path, rounds: int, out: Path | None,
@@ -185,9 +194,8 @@ def run(build: Path, rounds: int, out: Path | None,
             rows.append(r)
             e = r["events_ms"]
             print(f"{recipe} B{b} H{h} S{s} D{d} | linked {e['linked']:.3f} mono "
-                  f"{e['mono']:.3f} sdpa {e['sdpa']:.3f} flex {e['flex']:.3f} | "
-                  f"{flops / e['linked'] / 1e9:.0f} TFLOP/s, sdpa "
-                  f"{flops / e['sdpa'] / 1e9:.0f}", flush=True)
+                  f"{e['mono']:.3f} sdpa {cell(e.get('sdpa'), '.3f')} flex "
+                  f"{e['flex']:.3f} | {flops / e['linked'] / 1e9:.0f} TFLOP/s", flush=True)
     data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "peak_tflops": peak, "rows": rows}
     if out:
@@ -203,10 +211,12 @@ def report(path: Path) -> None:
              f"torch {data['torch']}. The backward kernels of recipes/attn_causal, attn_dense, "
              "attn_sliding (window 1024), attn_document (packed documents of 256-3072 "
              "tokens, causal within each; attn_document_ids: the same documents by an id per "
-             "token) and attn_block_sparse (a strided BlockMask, "
-             "bench/attention.py's): one attn_bwd_core object, the mask and scheduler "
-             "linked in (attn_causal_d64 and attn_dense_d64: head dim 64, one object of "
-             "their own, dQ split between the warpgroups by keys); against SDPA's "
+             "token), attn_block_sparse (a strided BlockMask, bench/attention.py's), "
+             "attn_softcap and attn_alibi (causal with a score modifier: against Flex's "
+             "score_mod alone, SDPA has none): one attn_bwd_core object, the mask, score "
+             "modifier and scheduler linked in (attn_causal_d64 and attn_dense_d64: head "
+             "dim 64, one object of their own, dQ split between the warpgroups by keys); "
+             "against SDPA's "
              "backward (a boolean mask for the window, the documents and the blocks) and "
              "torch.compile'd "
              "FlexAttention's backward (the same mask_mod), from the forward's saved state "
