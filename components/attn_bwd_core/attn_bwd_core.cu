@@ -361,6 +361,51 @@ __device__ __forceinline__ void store_score_grads(uint32_t buffer,
   }
 }
 
+// The shared-memory tiles a query step multiplies: the record's K and V, the step's Q and
+// dO.
+struct StepTiles {
+  uint32_t k;
+  uint32_t v;
+  uint32_t q;
+  uint32_t d_o;
+};
+
+// A query step with a score modifier, half its queries at a time (above); each half's
+// dS^T goes into `ds_buffer`. A half's dV and dK GEMMs complete at the next half's first
+// wait, the last half's here: on return every GEMM it issued is done and its fragments
+// are dead before dQ's GEMM.
+__device__ __forceinline__ void modified_step(float (&dk)[kGrads], float (&dv)[kGrads],
+                                              StepTiles tiles, const pl::KernelInfo& k,
+                                              uint32_t stats_stage, Fragment f, StepTile t,
+                                              pl::attn::QueryStep qs, int32_t sequence,
+                                              uint32_t first_key, uint32_t ds_buffer) {
+  HalfPairs p[kHalves], w[kHalves], ds[kHalves];
+#pragma unroll
+  for (uint32_t half = 0; half < kHalves; ++half) {
+    float s[kHalfScores], dp[kHalfScores];
+    // Each half derives its descriptors anew (as the record loop does per step): shared
+    // between the halves, they would hold 32 registers across the first.
+    uint32_t k_half = tiles.k, v_half = tiles.v;
+    asm volatile("" : "+r"(k_half), "+r"(v_half));
+    issue_half_scores(s, dp, k_half, v_half, tiles.q, tiles.d_o, first_key, half);
+    pl::wgmma::wait<1>();
+    pl::wgmma::fence_operands(s);
+    if (half > 0) {
+      pl::wgmma::fence_fragments(p[half - 1]);
+      pl::wgmma::fence_fragments(ds[half - 1]);
+    }
+    modified_probabilities(s, p[half], w[half], k, stats_stage, f, t, half, qs, sequence);
+    pl::wgmma::wait<0>();
+    pl::wgmma::fence_operands(dp);
+    modified_score_gradients(dp, w[half], ds[half], stats_stage, f, half);
+    issue_half_key_grads(dk, dv, p[half], ds[half], tiles.q, tiles.d_o, half);
+    store_score_grads(ds_buffer, ds[half], f, first_key, half * kHalfSteps);
+  }
+  pl::wgmma::wait<0>();
+  pl::wgmma::fence_fragments(p[kHalves - 1]);
+  pl::wgmma::fence_fragments(ds[kHalves - 1]);
+}
+
 // Issues this warpgroup's share of dQ = dS K (A: dS^T's tile read M-major; B: the K
 // tile read MN-major, N = the columns) as one committed batch: its columns over every
 // key, or (kDqByKeys) every column over its own keys.
@@ -514,35 +559,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
       pl::attn::pack_a_operand(dp, ds_frag);
       issue_key_grads(dk, dv, p_frag, ds_frag, q_stage, do_stage);
     } else {
-      // A half's dV and dK GEMMs complete at the next half's first wait, the last
-      // half's here: its fragments are dead before dQ's GEMM.
-      HalfPairs half_p[kHalves], half_w[kHalves], half_ds[kHalves];
-      const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
-#pragma unroll
-      for (uint32_t half = 0; half < kHalves; ++half) {
-        float half_s[kHalfScores], half_dp[kHalfScores];
-        // Each half derives its descriptors anew (as k_here above): shared between the
-        // halves, they would hold 32 registers across the first.
-        uint32_t k_half = k_here, v_half = v_here;
-        asm volatile("" : "+r"(k_half), "+r"(v_half));
-        issue_half_scores(half_s, half_dp, k_half, v_half, q_stage, do_stage, first_key, half);
-        pl::wgmma::wait<1>();
-        pl::wgmma::fence_operands(half_s);
-        if (half > 0) {
-          pl::wgmma::fence_fragments(half_p[half - 1]);
-          pl::wgmma::fence_fragments(half_ds[half - 1]);
-        }
-        modified_probabilities(half_s, half_p[half], half_w[half], k, stats_stage, f, t, half,
-                               qs, tile.group);
-        pl::wgmma::wait<0>();
-        pl::wgmma::fence_operands(half_dp);
-        modified_score_gradients(half_dp, half_w[half], half_ds[half], stats_stage, f, half);
-        issue_half_key_grads(dk, dv, half_p[half], half_ds[half], q_stage, do_stage, half);
-        store_score_grads(ds_buffer, half_ds[half], f, first_key, half * kHalfSteps);
-      }
-      pl::wgmma::wait<0>();
-      pl::wgmma::fence_fragments(half_p[kHalves - 1]);
-      pl::wgmma::fence_fragments(half_ds[kHalves - 1]);
+      modified_step(dk, dv, StepTiles{k_here, v_here, q_stage, do_stage}, k, stats_stage, f,
+                    t, qs, tile.group, first_key, at.smem.ds + (n % kDsBuffers) * kDsBytes);
     }
     if (more) {
       const float next_stat = early ? early_stat : load_stat(args, tile, next_qs, local);
