@@ -79,18 +79,21 @@ def test_headers_declare_both_sides():
 
 
 def test_the_backward_core_calls_the_forward_mask():
-    """The backward links the same mask component: its core asks keep() and partial(),
-    its scheduler q_range() (the queries that see a key tile); the loader and the core
-    take each step's query tile from one q_tiles provider (contiguous here)."""
+    """The backward links the same mask and score components: its core asks keep() and
+    partial(), and score(), grad() and identity(); its scheduler q_range() (the queries
+    that see a key tile); the loader and the core take each step's query tile from one
+    q_tiles provider (contiguous here)."""
     recipe, bound = bound_for(ROOT / "recipes" / "attn_causal.yaml", kernel="backward")
     kernel = check(recipe, "sm_90a", bound)
     pairs = sorted((str(t.src), str(t.dst)) for t in kernel.transfers if t.kind == "function")
     assert pairs == [("mask.mask", "core.mask"), ("mask.mask", "sched.mask"),
-                     ("q_tiles.q_tiles", "core.q_tiles"), ("q_tiles.q_tiles", "load.q_tiles")]
+                     ("q_tiles.q_tiles", "core.q_tiles"), ("q_tiles.q_tiles", "load.q_tiles"),
+                     ("score.score", "core.score")]
     text = glue.generate(kernel, place(kernel.problem))
     caller = bound["sched"].symbol("pl_attn_bwd_scheduler_mask_q_range")
     assert f"return {bound['mask'].symbol('pl_causal_mask_mask_q_range')}(" in text
     assert caller in text
+    assert f"return {bound['score'].symbol('pl_no_score_score_grad')}(" in text
 
 
 def _swap_score_for_mask(data: dict) -> None:
