@@ -56,27 +56,30 @@ static_assert(kStatsFloats <= pl::kWarpgroupThreads,
               "one thread of each warpgroup stages each float of a step's statistics");
 static_assert(kDqColumns % kBoxColumns == 0, "dQ's columns are whole 64-column boxes of K");
 
-// Issues S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys as two committed
-// batches (rows: keys; columns: the step's queries).
-__device__ __forceinline__ void issue_scores(float (&s)[kScores], float (&dp)[kScores],
-                                             uint32_t k_stage, uint32_t v_stage,
-                                             uint32_t q_stage, uint32_t do_stage,
-                                             uint32_t first_key) {
+// Issues S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys and kQueries of the
+// step's queries from `first_query` (all of them, or a half) as two committed batches
+// (rows: keys; columns: the queries).
+template <uint32_t kQueries>
+__device__ __forceinline__ void issue_scores(float (&s)[kQueries / 2],
+                                             float (&dp)[kQueries / 2], uint32_t k_stage,
+                                             uint32_t v_stage, uint32_t q_stage,
+                                             uint32_t do_stage, uint32_t first_key,
+                                             uint32_t first_query = 0) {
   pl::wgmma::fence_operands(s);
   pl::wgmma::fence_operands(dp);
   pl::wgmma::fence();
 #pragma unroll
   for (uint32_t step = 0; step < kHeadSteps; ++step) {
-    pl::wgmma::mma_bf16_ss<kTileQ>(
+    pl::wgmma::mma_bf16_ss<kQueries>(
         s, pl::wgmma::desc_boxed_kmajor(k_stage, kTileN, first_key, step),
-        pl::wgmma::desc_boxed_kmajor(q_stage, kTileQ, 0, step), step > 0);
+        pl::wgmma::desc_boxed_kmajor(q_stage, kTileQ, first_query, step), step > 0);
   }
   pl::wgmma::commit();
 #pragma unroll
   for (uint32_t step = 0; step < kHeadSteps; ++step) {
-    pl::wgmma::mma_bf16_ss<kTileQ>(
+    pl::wgmma::mma_bf16_ss<kQueries>(
         dp, pl::wgmma::desc_boxed_kmajor(v_stage, kTileN, first_key, step),
-        pl::wgmma::desc_boxed_kmajor(do_stage, kTileQ, 0, step), step > 0);
+        pl::wgmma::desc_boxed_kmajor(do_stage, kTileQ, first_query, step), step > 0);
   }
   pl::wgmma::commit();
 }
@@ -200,32 +203,6 @@ __device__ __forceinline__ uint32_t& pair_of(HalfPairs& a, uint32_t i) {
   return a[pair / kPairsPerStep][pair % kPairsPerStep];
 }
 
-// Issues S^T = K Q^T and dP^T = V dO^T for half `half` of the step's queries as two
-// committed batches.
-__device__ __forceinline__ void issue_half_scores(float (&s)[kHalfScores],
-                                                  float (&dp)[kHalfScores], uint32_t k_stage,
-                                                  uint32_t v_stage, uint32_t q_stage,
-                                                  uint32_t do_stage, uint32_t first_key,
-                                                  uint32_t half) {
-  pl::wgmma::fence_operands(s);
-  pl::wgmma::fence_operands(dp);
-  pl::wgmma::fence();
-#pragma unroll
-  for (uint32_t step = 0; step < kHeadSteps; ++step) {
-    pl::wgmma::mma_bf16_ss<kHalfQ>(
-        s, pl::wgmma::desc_boxed_kmajor(k_stage, kTileN, first_key, step),
-        pl::wgmma::desc_boxed_kmajor(q_stage, kTileQ, half * kHalfQ, step), step > 0);
-  }
-  pl::wgmma::commit();
-#pragma unroll
-  for (uint32_t step = 0; step < kHeadSteps; ++step) {
-    pl::wgmma::mma_bf16_ss<kHalfQ>(
-        dp, pl::wgmma::desc_boxed_kmajor(v_stage, kTileN, first_key, step),
-        pl::wgmma::desc_boxed_kmajor(do_stage, kTileQ, half * kHalfQ, step), step > 0);
-  }
-  pl::wgmma::commit();
-}
-
 // A half's P^T and W in bf16 pairs from its S^T; masked elements (asked on a partial
 // step, as probabilities() does) get P = W = 0. grad() is finite everywhere (the
 // interface's promise), so W is 0 where P is; where it is 1 (a bias) W is P and the
@@ -287,51 +264,31 @@ __device__ __forceinline__ void modified_score_gradients(const float (&dp)[kHalf
   }
 }
 
-// Issues a half's dV += P^T dO and dK += dS^T Q (K: its queries) as one committed batch.
-__device__ __forceinline__ void issue_half_key_grads(float (&dk)[kGrads], float (&dv)[kGrads],
-                                                     HalfPairs& p, HalfPairs& ds,
-                                                     uint32_t q_stage, uint32_t do_stage,
-                                                     uint32_t half) {
-  pl::wgmma::fence_fragments(p);
-  pl::wgmma::fence_fragments(ds);
-  pl::wgmma::fence_operands(dk);
-  pl::wgmma::fence_operands(dv);
-  pl::wgmma::fence();
-#pragma unroll
-  for (uint32_t step = 0; step < kHalfSteps; ++step) {
-    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
-        dv, p[step], pl::wgmma::desc_boxed_mnmajor(do_stage, kTileQ, 0, half * kHalfSteps + step),
-        kAccumulate);
-  }
-#pragma unroll
-  for (uint32_t step = 0; step < kHalfSteps; ++step) {
-    pl::wgmma::mma_bf16_rs<kHeadDim, true>(
-        dk, ds[step], pl::wgmma::desc_boxed_mnmajor(q_stage, kTileQ, 0, half * kHalfSteps + step),
-        kAccumulate);
-  }
-  pl::wgmma::commit();
-}
-
-// Issues dV += P^T dO and dK += dS^T Q (register A, B MN-major: N = head_dim) as one
-// committed batch.
+// Issues dV += P^T dO and dK += dS^T Q (register A, B MN-major: N = head_dim) over
+// kSteps K steps of the step's queries from `first_step` (all of them, or a half's) as
+// one committed batch.
+template <uint32_t kSteps>
 __device__ __forceinline__ void issue_key_grads(float (&dk)[kGrads], float (&dv)[kGrads],
-                                                uint32_t (&p)[kQuerySteps][4],
-                                                uint32_t (&ds)[kQuerySteps][4],
-                                                uint32_t q_stage, uint32_t do_stage) {
+                                                uint32_t (&p)[kSteps][4],
+                                                uint32_t (&ds)[kSteps][4],
+                                                uint32_t q_stage, uint32_t do_stage,
+                                                uint32_t first_step = 0) {
   pl::wgmma::fence_fragments(p);
   pl::wgmma::fence_fragments(ds);
   pl::wgmma::fence_operands(dk);
   pl::wgmma::fence_operands(dv);
   pl::wgmma::fence();
 #pragma unroll
-  for (uint32_t step = 0; step < kQuerySteps; ++step) {
+  for (uint32_t step = 0; step < kSteps; ++step) {
     pl::wgmma::mma_bf16_rs<kHeadDim, true>(
-        dv, p[step], pl::wgmma::desc_boxed_mnmajor(do_stage, kTileQ, 0, step), kAccumulate);
+        dv, p[step], pl::wgmma::desc_boxed_mnmajor(do_stage, kTileQ, 0, first_step + step),
+        kAccumulate);
   }
 #pragma unroll
-  for (uint32_t step = 0; step < kQuerySteps; ++step) {
+  for (uint32_t step = 0; step < kSteps; ++step) {
     pl::wgmma::mma_bf16_rs<kHeadDim, true>(
-        dk, ds[step], pl::wgmma::desc_boxed_mnmajor(q_stage, kTileQ, 0, step), kAccumulate);
+        dk, ds[step], pl::wgmma::desc_boxed_mnmajor(q_stage, kTileQ, 0, first_step + step),
+        kAccumulate);
   }
   pl::wgmma::commit();
 }
@@ -387,7 +344,7 @@ __device__ __forceinline__ void modified_step(float (&dk)[kGrads], float (&dv)[k
     // between the halves, they would hold 32 registers across the first.
     uint32_t k_half = tiles.k, v_half = tiles.v;
     asm volatile("" : "+r"(k_half), "+r"(v_half));
-    issue_half_scores(s, dp, k_half, v_half, tiles.q, tiles.d_o, first_key, half);
+    issue_scores<kHalfQ>(s, dp, k_half, v_half, tiles.q, tiles.d_o, first_key, half * kHalfQ);
     pl::wgmma::wait<1>();
     pl::wgmma::fence_operands(s);
     if (half > 0) {
@@ -398,7 +355,7 @@ __device__ __forceinline__ void modified_step(float (&dk)[kGrads], float (&dv)[k
     pl::wgmma::wait<0>();
     pl::wgmma::fence_operands(dp);
     modified_score_gradients(dp, w[half], ds[half], stats_stage, f, half);
-    issue_half_key_grads(dk, dv, p[half], ds[half], tiles.q, tiles.d_o, half);
+    issue_key_grads(dk, dv, p[half], ds[half], tiles.q, tiles.d_o, half * kHalfSteps);
     store_score_grads(ds_buffer, ds[half], f, first_key, half * kHalfSteps);
   }
   pl::wgmma::wait<0>();
@@ -543,7 +500,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     float s[kScores], dp[kScores], dq[kDq];
     uint32_t p_frag[kQuerySteps][4], ds_frag[kQuerySteps][4];
     if (identity) {
-      issue_scores(s, dp, k_here, v_here, q_stage, do_stage, first_key);
+      issue_scores<kTileQ>(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     }
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
     const pl::attn::QueryStep next_qs = more ? placed(next_slot) : qs;
