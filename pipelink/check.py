@@ -1081,7 +1081,8 @@ def _check_trip_counts(recipe: Recipe, bound: dict[str, BoundContract],
 def _lanes(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
            transfers: list[Transfer], phases: tuple[Phase, ...],
            problems: _Problems) -> list[Lane]:
-    """Union of component roles joined by register hand-offs, producers first."""
+    """Union of component roles joined by register hand-offs (and `lane:`), producers
+    first."""
     order = [(n, r) for n, b in bound.items() for r in b.contract.roles]
     parent = {m: m for m in order}
 
@@ -1095,20 +1096,22 @@ def _lanes(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
             a = (t.src.instance, bound[t.src.instance].contract.ports[t.src.port].role)
             b = (t.dst.instance, bound[t.dst.instance].contract.ports[t.dst.port].role)
             parent[find(b)] = find(a)
+    follows = _stated_lanes(recipe.instances(arch), bound, transfers, phases, problems)
+    for b, a in follows.items():
+        parent[find(b)] = find(a)
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for m in order:
         groups.setdefault(find(m), []).append(m)
     lanes = []
     for members in groups.values():
-        members = _call_order(members, transfers, bound)
+        members = _call_order(members, transfers, bound, follows)
         specs = [(m, bound[m[0]].contract.roles[m[1]]) for m in members]
         warps = {m: bound[m[0]].eval(s.warps, f"roles.{m[1]}.warps") for m, s in specs}
         if len(set(warps.values())) > 1:
             listing = ", ".join(f"{i}.{r} {w}" for (i, r), w in warps.items())
-            problems.add("connect", f"roles sharing warps through a register hand-off run "
-                                    f"on different warp counts: {listing}",
-                         "a register hand-off stays in the same threads: give the roles "
-                         "the same warps")
+            problems.add("connect", f"roles sharing warps (a register hand-off, or lane:) "
+                                    f"run on different warp counts: {listing}",
+                         "a lane's roles run in the same threads: give them the same warps")
             continue
         regs = max(bound[m[0]].eval(s.registers, f"roles.{m[1]}.registers") for m, s in specs)
         lanes.append(Lane("+".join(f"{i}.{r}" for i, r in members), tuple(members),
@@ -1183,9 +1186,49 @@ def _check_pingpong(recipe: Recipe, bound: dict[str, BoundContract], lanes: list
                                  "or run this lane cooperative")
 
 
+def _stated_lanes(instances: dict[str, Instance], bound: dict[str, BoundContract],
+                  transfers: list[Transfer], phases: tuple[Phase, ...],
+                  problems: _Problems) -> dict[tuple[str, str], tuple[str, str]]:
+    """role -> the role whose warps it runs in after, for each instance that states
+    `lane:` (each side one role, both in one phase, no ring between them)."""
+    follows = {}
+    for name, inst in instances.items():
+        if inst.lane is None:
+            continue
+        key = f"instances.{name}.lane"
+        if inst.lane not in bound or inst.lane == name:
+            problems.add(key, f"'{name}' runs in the lane of '{inst.lane}', which is no other "
+                              "instance of this kernel",
+                         "name one of: " + ", ".join(n for n in bound if n != name))
+            continue
+        roles = {n: list(bound[n].contract.roles) for n in (name, inst.lane)}
+        several = [f"'{n}' has {len(r)} roles ({', '.join(r)})" for n, r in roles.items()
+                   if len(r) != 1]
+        if several:
+            problems.add(key, f"a lane: joins one role to one role, and {'; '.join(several)}",
+                         "join instances of one role each")
+            continue
+        if _phase_index(phases, name) != _phase_index(phases, inst.lane):
+            problems.add(key, f"'{name}' and '{inst.lane}' run in different phases: a lane "
+                              "runs in one", "put both in the same phase")
+            continue
+        rings = [f"'{t.src} -> {t.dst}'" for t in transfers
+                 if t.kind not in ("registers", "function")
+                 and {t.src.instance, t.dst.instance} == {name, inst.lane}]
+        if rings:
+            problems.add(key, f"'{name}' and '{inst.lane}' are joined by {', '.join(rings)}: "
+                              "in one lane its producer would wait for a consumer that "
+                              "runs after it", "give the two their own warps")
+            continue
+        follows[(name, roles[name][0])] = (inst.lane, roles[inst.lane][0])
+    return follows
+
+
 def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
-                bound: dict[str, BoundContract]) -> list[tuple[str, str]]:
-    """Producers of register hand-offs run before their consumers (stable otherwise)."""
+                bound: dict[str, BoundContract],
+                follows: dict[tuple[str, str], tuple[str, str]]) -> list[tuple[str, str]]:
+    """Producers of register hand-offs run before their consumers, and a `lane:` role
+    after the one it names (stable otherwise)."""
     before = {m: set() for m in members}
     for t in transfers:
         if t.kind == "registers":
@@ -1193,6 +1236,9 @@ def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],
             b = (t.dst.instance, bound[t.dst.instance].contract.ports[t.dst.port].role)
             if a in before and b in before:
                 before[b].add(a)
+    for b, a in follows.items():
+        if a in before and b in before:
+            before[b].add(a)
     ordered: list[tuple[str, str]] = []
     while len(ordered) < len(members):
         for m in members:

@@ -57,6 +57,7 @@ class Instance:
     params: dict[str, int | str]
     tunables: dict[str, Any]       # pins: value or list of allowed values
     loop: str | None = None        # cooperative | pingpong, where the recipe says
+    lane: str | None = None        # the instance whose role's warps this one's runs in
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,8 @@ class Recipe:
                                   where=self.where(f"instances.{name}"),
                                   hint="add component: or per_arch: {" + arch + ": ...}")
             out[name] = Instance(name, component, dict(spec.get("params", {})),
-                                 dict(spec.get("tunables", {})), spec.get("loop"))
+                                 dict(spec.get("tunables", {})), spec.get("loop"),
+                                 spec.get("lane"))
         return out
 
 

@@ -266,6 +266,12 @@ INSTANCES = _map({"oneOf": [
                    "description": "how the warps of this instance's lane share work: "
                                   "cooperative (all of them on every record, the default) "
                                   "or pingpong (two teams of them on alternate records)"},
+          "lane": {**IDENT, "description": "another instance of the kernel (one role) "
+                                           "whose warps this one's role runs in, after it "
+                                           "in the same loop, as if it handed it "
+                                           "registers: two epilogues of one warpgroup, "
+                                           "say, where a warpgroup each would not leave "
+                                           "the others their registers"},
           })]}, "instance name -> component (or {component, per_arch, params})")
 
 CONNECT = {"type": "array", "items": CONNECTION,

@@ -2,7 +2,8 @@
 needed: the attention recipes pick attn_fwd_umma_core (an MMA warp and a softmax
 warpgroup meeting in Tensor Memory) and attn_row_store_epilogue for sm_100a and keep
 the wgmma core for sm_90a (attn_document's bounded store: grouped_row_store_epilogue);
-their backward kernels build for sm_90a only. Linked, the
+at head dim 128 their backward kernels build for sm_100a too (attn_bwd_umma_core, dK's
+and dV's epilogues in one warpgroup), the others for sm_90a only. Linked, the
 kernel issues S = Q K^T from shared memory and P V with P read from Tensor Memory, moves
 S, P and O between Tensor Memory and registers, stays out of local memory, is the
 monolithic build's instruction for instruction, and the core's object is one file for
@@ -60,11 +61,11 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
         {n: i.component for n, i in blackwell.items() if n not in ("core", "store")}
 
 
-# Backward kernels built for sm_100a (attn_bwd_umma_core: head dim 128; with no_mask the
-# link refuses it for spilling) and those built for sm_90a only.
-BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_sliding",
+# Backward kernels built for sm_100a (attn_bwd_umma_core: head dim 128) and those built
+# for sm_90a only.
+BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
                  "attn_block_sparse")
-BACKWARD_HOPPER = ("attn_dense", "attn_document", "attn_causal_d64", "attn_dense_d64",
+BACKWARD_HOPPER = ("attn_document", "attn_causal_d64", "attn_dense_d64",
                    "attn_sliding_d64", "attn_causal_d64_deterministic", "attn_document_d64",
                    "attn_block_sparse_d64")
 
@@ -230,6 +231,23 @@ def test_backward_tensor_memory_and_lanes(backward):
     transfers = {(t.kind, str(t.src), str(t.dst)) for t in result.kernel.transfers}
     assert {("zero_copy", "core.dk", "dk_store.acc"),
             ("zero_copy", "core.dv", "dv_store.acc")} <= transfers
+    # One warpgroup stores both (the recipe's lane:), so three warpgroups share the
+    # registers: the MMA warp's, the gradient warpgroup and the epilogue.
+    lanes = {lane.name: lane for lane in result.kernel.lanes}
+    assert "dk_store.store+dv_store.store" in lanes
+    assert len(result.placement.warpgroup_regs) == 3
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["attn_dense"])
+def test_backwards_that_need_the_registers_link_without_spills(link_repo_kernel, name):
+    """no_mask's longer per-row work on the gradient warpgroup's row: with dK and dV
+    stored from one warpgroup it has the registers (216) for it, and the linked kernel
+    stays out of local memory."""
+    linked, mono = (link_repo_kernel(name, ARCH, mode, "backward") for mode in ("linked", "mono"))
+    ops = sass_instructions(linked.cubin)
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
+    assert ops == sass_instructions(mono.cubin)
 
 
 @needs_nvcc
