@@ -1220,8 +1220,31 @@ def _stated_lanes(instances: dict[str, Instance], bound: dict[str, BoundContract
                               "in one lane its producer would wait for a consumer that "
                               "runs after it", "give the two their own warps")
             continue
+        if _feeds(transfers, name, inst.lane):
+            problems.add(key, f"what '{name}' produces reaches '{inst.lane}' through other "
+                              f"instances: in one lane '{inst.lane}' would wait for "
+                              f"'{name}', which runs after it", "give the two their own warps")
+            continue
         follows[(name, roles[name][0])] = (inst.lane, roles[inst.lane][0])
     return follows
+
+
+def _feeds(transfers: list[Transfer], source: str, target: str) -> bool:
+    """Whether data flows from instance `source` to `target` along transfers (function
+    ports aside: they are calls, not data)."""
+    edges: dict[str, set[str]] = {}
+    for t in transfers:
+        if t.kind != "function":
+            edges.setdefault(t.src.instance, set()).add(t.dst.instance)
+    seen, todo = {source}, [source]
+    while todo:
+        for nxt in edges.get(todo.pop(), ()):
+            if nxt == target:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
 
 
 def _call_order(members: list[tuple[str, str]], transfers: list[Transfer],

@@ -53,6 +53,10 @@ def _lane(instance: str, lane: str) -> Any:
     # the producer would wait forever.
     (_lane("mma", "load"), ["instances.mma.lane", "'load.a -> mma.a'", "runs after it"]),
     (_lane("store", "sched"), ["instances.store.lane", "'sched.work -> store.work'"]),
+    # The loader's tiles reach the epilogue through the MMA warp: the loader, run after
+    # the epilogue, would never feed the MMA warp the epilogue waits on.
+    (_lane("load", "store"), ["instances.load.lane", "reaches 'store' through other",
+                              "runs after it"]),
 ])
 def test_lanes_that_cannot_be_are_refused(tmp_path, edit, words):
     with pytest.raises(CheckError) as err:
