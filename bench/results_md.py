@@ -23,9 +23,7 @@ def put_section(heading: str, section: str, results: Path = RESULTS) -> None:
     body = section.rstrip() + "\n"
     text = (pattern.sub(lambda _: body, text, count=1) if pattern.search(text)
             else text.rstrip() + "\n\n" + body)
-    tmp = results.with_suffix(".md.tmp")
-    tmp.write_text(text.rstrip() + "\n")
-    tmp.replace(results)
+    write_text(results, text.rstrip() + "\n")
 
 
 def bench_main(run: Callable[..., object], report: Callable[[Path], None], rounds: int = 9,
@@ -59,9 +57,7 @@ def write_rows(out: Path, data: dict, timed: tuple[str, ...], order: tuple[str, 
         if (old.get("gpu"), old.get("torch")) == (data["gpu"], data["torch"]):
             rows += [r for r in old["rows"] if r["recipe"] not in timed]
     rows.sort(key=lambda r: order.index(r["recipe"]))     # stable: shapes keep their order
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps({**data, "rows": rows}, indent=1) + "\n")
-    tmp.replace(out)
+    write_text(out, json.dumps({**data, "rows": rows}, indent=1) + "\n")
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,8 @@ def bar_chart(groups: Sequence[BarGroup], layout: BarLayout, *, title: str, top:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Writes a generated file atomically (a plot beside RESULTS.md)."""
+    """Writes a generated file atomically (RESULTS.md, a run's JSON, a plot): a reader
+    or an interrupted run never sees it half-written."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     tmp.replace(path)
