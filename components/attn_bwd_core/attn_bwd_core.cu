@@ -4,9 +4,9 @@
 // P^T = exp(scale K Q^T - LSE) and dP^T = V dO^T (smem x smem wgmma), forms
 // dS^T = scale P^T (dP^T - delta), accumulates dV += P^T dO and dK += dS^T Q with P^T and
 // dS^T as register A operands, and adds its share of dQ = dS K (dS through shared
-// memory) to an fp32 dQ accumulator in global memory: at head dim 128 its columns over
-// every warpgroup's keys (the two meet at a barrier each step), at 64 every column over
-// its own keys (each goes at its own pace).
+// memory) to an fp32 dQ accumulator in global memory by TMA reductions from shared
+// memory: at head dim 128 its columns over every warpgroup's keys (the two meet at a
+// barrier each step), at 64 every column over its own keys (each goes at its own pace).
 #include "pl_attn_bwd_core.h"
 #include "pipelink/wgmma.cuh"
 
@@ -45,6 +45,14 @@ constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));   // softma
 constexpr float kScaleLog2 = kScale * pl::attn::kLog2e;
 constexpr float kInf = __builtin_huge_valf();
 constexpr uint32_t kAccumulate = 1;
+// dQ's partial sums leave through shared memory: per warpgroup, boxes of 32 fp32
+// columns (one 128-byte swizzled row) by the step's queries, which one thread adds to
+// dq_accum with TMA reductions while the warpgroup goes on.
+constexpr uint32_t kDqBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(float);
+constexpr uint32_t kDqBoxes = kDqColumns / kDqBoxColumns;
+constexpr uint32_t kDqBoxBytes = kTileQ * pl::wgmma::kSwizzleBytes;
+constexpr uint32_t kDqStagingBytes = kDqBoxes * kDqBoxBytes;        // one warpgroup's
+constexpr uint32_t kSwizzleChunkBytes = 16;                         // TMA's swizzle unit
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
 static_assert(kTileQ == kBoxColumns,
@@ -55,6 +63,9 @@ static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
 static_assert(kStatsFloats <= pl::kWarpgroupThreads,
               "one thread of each warpgroup stages each float of a step's statistics");
 static_assert(kDqColumns % kBoxColumns == 0, "dQ's columns are whole 64-column boxes of K");
+static_assert(kWarpgroups * kDqStagingBytes ==
+                  (kTileN > kHeadDim ? kTileN : kHeadDim) * kTileQ * sizeof(float),
+              "the contract's dq_staging bytes are every warpgroup's staging");
 
 // Issues S^T = K Q^T and dP^T = V dO^T for this warpgroup's keys and kQueries of the
 // step's queries from `first_query` (all of them, or a half) as two committed batches
@@ -382,33 +393,59 @@ __device__ __forceinline__ void issue_query_grads(float (&dq)[kDq], uint32_t ds_
   pl::wgmma::commit();
 }
 
-// dQ's partial sums into the fp32 accumulator [rows, heads, head_dim], two adjacent
-// columns per vector reduction; queries past the sequence are not added. Each of the
-// thread's two rows is addressed once and tested once: its reductions are that row's
-// pointer plus constants (immediate offsets).
-__device__ __forceinline__ void add_query_grads(const float (&dq)[kDq], float* dq_rows,
-                                                uint32_t heads, Fragment f, StepTile t,
-                                                uint32_t first_column) {
+// dQ's partial sums into this warpgroup's staging boxes, laid out as the 128-byte
+// swizzled tile map reads them (16-byte chunk c of row r at chunk c ^ (r % 8): a warp's
+// eight rows of quads write distinct banks).
+__device__ __forceinline__ void stage_query_grads(const float (&dq)[kDq], uint32_t staging,
+                                                  Fragment f) {
 #pragma unroll
-  for (uint32_t r = 0; r < Fragment::kRowHalves; ++r) {
-    const int32_t q = t.q_first + f.row(r);
-    if (q >= t.len) continue;
-    float* row_at = dq_rows + size_t(q) * heads * kHeadDim + first_column + uint32_t(f.col0);
-#pragma unroll
-    for (uint32_t i = 0; i < kDq; i += Fragment::kColumnsPerThread) {
-      if (uint32_t(Fragment::row_half(i)) != r) continue;
-      asm volatile("red.global.add.v2.f32 [%0], {%1, %2};"
-                   :: "l"(row_at + Fragment::column(i)), "f"(dq[i]), "f"(dq[i + 1])
-                   : "memory");
-    }
+  for (uint32_t i = 0; i < kDq; i += Fragment::kColumnsPerThread) {
+    const uint32_t row = uint32_t(f.row(uint32_t(Fragment::row_half(i))));
+    const uint32_t column = uint32_t(f.col0 + Fragment::column(i));
+    const uint32_t byte = (column % kDqBoxColumns) * uint32_t(sizeof(float));
+    const uint32_t chunk = (byte / kSwizzleChunkBytes) ^ (row % pl::wgmma::kSwizzleRows);
+    const uint32_t at = staging + (column / kDqBoxColumns) * kDqBoxBytes +
+                        row * pl::wgmma::kSwizzleBytes + chunk * kSwizzleChunkBytes +
+                        byte % kSwizzleChunkBytes;
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
+                 :: "r"(pl::smem_addr(at)), "f"(dq[i]), "f"(dq[i + 1]) : "memory");
   }
 }
 
+// One thread: adds the staged boxes to dq_accum [rows, heads, head_dim] from row
+// `first_row`. The map clips rows past its end; rows past the sequence within it get
+// dQ's rows of queries past the sequence, which are zero (P = 0 there).
+__device__ __forceinline__ void reduce_query_grads(const void* map, uint32_t staging,
+                                                   int32_t first_row, int32_t head,
+                                                   uint32_t first_column) {
+#pragma unroll
+  for (uint32_t box = 0; box < kDqBoxes; ++box) {
+    pl::tma::reduce_add_3d(map, staging + box * kDqBoxBytes,
+                           int32_t(first_column + box * kDqBoxColumns), head, first_row);
+  }
+  pl::tma::store_commit();
+}
+
+// The step's dQ box origin {first row, head}, parked in shared memory by the releaser
+// for its reductions: held in registers across the step's softmax it would spill.
+__device__ __forceinline__ void park_origin(uint32_t slot, int32_t first_row, int32_t head) {
+  asm volatile("st.shared.v2.s32 [%0], {%1, %2};"
+               :: "r"(pl::smem_addr(slot)), "r"(first_row), "r"(head) : "memory");
+}
+
+__device__ __forceinline__ int2 parked_origin(uint32_t slot) {
+  int2 origin;
+  asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];"
+               : "=r"(origin.x), "=r"(origin.y) : "r"(pl::smem_addr(slot)) : "memory");
+  return origin;
+}
+
 // Deterministic mode: the dQ partial sums of one (query head, query tile) are added in
-// key-tile order. Each warpgroup waits until every key tile before its own has added
-// its share (a counter per query tile in dq_turns, both warpgroups of a key tile
+// key-tile order. Each warpgroup's releaser waits until every key tile before its own
+// has added its share (a counter per query tile in dq_turns, both warpgroups of a key tile
 // counting 1 each; with kDqByKeys, whose warpgroups add to the same columns, warpgroup 1
-// after warpgroup 0), adds, and counts itself. Records go out in key-tile order and every
+// after warpgroup 0), adds, waits until its reductions are done in global memory, and
+// counts itself. Records go out in key-tile order and every
 // CTA of the persistent grid is resident, so the tiles waited on are running or done.
 // The query tile's first key tile comes from the mask's kv_range, which must agree
 // with its q_range at tile granularity (the shipped masks do).
@@ -440,6 +477,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
   const uint32_t first_key = warpgroup * kRows;
   const uint32_t first_column = kDqByKeys ? 0 : warpgroup * kDqColumns;   // of dQ
+  const uint32_t dq_staging = at.smem.dq_staging + warpgroup * kDqStagingBytes;
+  const uint32_t dq_origin = at.smem.dq_origin + warpgroup * uint32_t(sizeof(int2));
   const uint32_t local = thread % pl::kWarpgroupThreads;
   const uint32_t own = warpgroup == 0 ? at.bar.wg_a : at.bar.wg_b;
   // The barrier that publishes a step's dS^T and statistics: both warpgroups' where dQ
@@ -487,6 +526,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     t.partial = t.kv_first + int32_t(kRows) > len || t.q_first + int32_t(kTileQ) > len ||
                 pl_attn_bwd_core_mask_partial(k, t.q_first, t.q_first + int32_t(kTileQ),
                                               t.kv_first, t.kv_first + int32_t(kRows));
+    if (releaser) park_origin(dq_origin, tile.m_offset + t.q_first, qs.head);
     pl::consumer_wait(at.port.q, st.q);
     pl::consumer_wait(at.port.d_o, st.d_o);
     const uint32_t stats_stage = stats + (n % kDsBuffers) * kStatsBytes;
@@ -546,19 +586,28 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     }
     st.q.advance(at.port.q);
     st.d_o.advance(at.port.d_o);
-    float* dq_rows = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
-                     size_t(qs.head) * kHeadDim;
+    // dQ to shared memory once the last step's reductions have read it, then to global.
     // Deterministic turns count the key tiles the mask's kv_range gives a query tile;
     // mapped slots (a BlockMask's) skip tiles, so there the sums go in any order.
-    if (contiguous && args.deterministic != 0) {
+    if (releaser) pl::tma::store_wait_read<0>();
+    pl::named_sync(own, pl::kWarpgroupThreads);
+    stage_query_grads(dq, dq_staging, f);
+    pl::fence_proxy_async_smem();
+    pl::named_sync(own, pl::kWarpgroupThreads);
+    if (releaser) {
+      const int2 origin = parked_origin(dq_origin);
+      const bool in_turn = contiguous && args.deterministic != 0;
       uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
-      if (releaser) pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
-      pl::named_sync(own, pl::kWarpgroupThreads);
-      add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
-      pl::named_sync(own, pl::kWarpgroupThreads);
-      if (releaser) pl::counter_release(turn);
-    } else {
-      add_query_grads(dq, dq_rows, args.heads, f, t, first_column);
+      if (in_turn) {
+        pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
+        asm volatile("fence.proxy.async.global;" ::: "memory");   // the sums before, then ours
+      }
+      reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
+      if (in_turn) {
+        pl::tma::store_wait<0>();
+        asm volatile("fence.proxy.async.global;" ::: "memory");   // ours, then the count
+        pl::counter_release(turn);
+      }
     }
     slot = next_slot;
     mapped_tile = next_qs.q_tile;
@@ -568,4 +617,13 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   if (n > 0) pl::named_sync(publish, publish_threads);
   if (releaser) pl::consumer_release(at.port.kv, st.kv);
   st.kv.advance(at.port.kv);
+}
+
+// Once, after the last record: every dQ reduction is done in global memory before the
+// phase that reads dq_accum.
+extern "C" __device__ void pl_attn_bwd_core_mma_tail(const pl_place_attn_bwd_core& at,
+                                                     const pl_args_attn_bwd_core&,
+                                                     const pl::KernelInfo&,
+                                                     pl_state_attn_bwd_core_mma&) {
+  if (pl::thread_in_role(at.role.mma) % pl::kWarpgroupThreads == 0) pl::tma::store_wait<0>();
 }

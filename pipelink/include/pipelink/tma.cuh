@@ -97,6 +97,17 @@ __device__ __forceinline__ void store_4d(const void* map, uint32_t src_offset, i
       : "memory");
 }
 
+// 3-D tile reduction into global memory: adds the fp32 tile in shared memory to the
+// box at {c0, c1, c2} (innermost first), elementwise, in the L2; out-of-bounds elements
+// are clipped. Completes as a store does (store_commit, store_wait_read, store_wait).
+__device__ __forceinline__ void reduce_add_3d(const void* map, uint32_t src_offset, int32_t c0,
+                                              int32_t c1, int32_t c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+      " [%0, {%2, %3, %4}], [%1];"
+      :: "l"(map), "r"(smem_addr(src_offset)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
 __device__ __forceinline__ void store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
