@@ -394,21 +394,36 @@ __device__ __forceinline__ void issue_query_grads(float (&dq)[kDq], uint32_t ds_
 }
 
 // dQ's partial sums into this warpgroup's staging boxes, laid out as the 128-byte
-// swizzled tile map reads them (16-byte chunk c of row r at chunk c ^ (r % 8): a warp's
-// eight rows of quads write distinct banks).
+// swizzled tile map reads them: 16-byte chunk c of row r at chunk c ^ (r % 8), so a
+// warp's eight rows of quads write distinct banks. A thread's two rows are 8 apart (the
+// same r % 8) and its pairs of columns sit at one place in each 32-byte half-chunk
+// pair, so its addresses are four (one per pair of chunks) plus immediates.
 __device__ __forceinline__ void stage_query_grads(const float (&dq)[kDq], uint32_t staging,
                                                   Fragment f) {
+  constexpr uint32_t kPairsPerBox = kDqBoxColumns / pl::epi::kBlockCols;   // 8-column blocks
+  constexpr uint32_t kBlockBytes = pl::epi::kBlockCols * sizeof(float);     // two chunks
+  const uint32_t swizzle = uint32_t(f.row0) % pl::wgmma::kSwizzleRows;
+  const uint32_t byte = uint32_t(f.col0) * uint32_t(sizeof(float));         // in its block
+  const uint32_t chunk = (byte / kSwizzleChunkBytes) ^ (swizzle % 2);
+  const uint32_t row_base = staging + uint32_t(f.row0) * pl::wgmma::kSwizzleBytes +
+                            chunk * kSwizzleChunkBytes + byte % kSwizzleChunkBytes;
 #pragma unroll
-  for (uint32_t i = 0; i < kDq; i += Fragment::kColumnsPerThread) {
-    const uint32_t row = uint32_t(f.row(uint32_t(Fragment::row_half(i))));
-    const uint32_t column = uint32_t(f.col0 + Fragment::column(i));
-    const uint32_t byte = (column % kDqBoxColumns) * uint32_t(sizeof(float));
-    const uint32_t chunk = (byte / kSwizzleChunkBytes) ^ (row % pl::wgmma::kSwizzleRows);
-    const uint32_t at = staging + (column / kDqBoxColumns) * kDqBoxBytes +
-                        row * pl::wgmma::kSwizzleBytes + chunk * kSwizzleChunkBytes +
-                        byte % kSwizzleChunkBytes;
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
-                 :: "r"(pl::smem_addr(at)), "f"(dq[i]), "f"(dq[i + 1]) : "memory");
+  for (uint32_t block = 0; block < kPairsPerBox; ++block) {
+    const uint32_t at = row_base + (block ^ (swizzle / 2)) * kBlockBytes;
+#pragma unroll
+    for (uint32_t i = block * pl::epi::kFloatsPerBlock; i < kDq;
+         i += kPairsPerBox * pl::epi::kFloatsPerBlock) {
+#pragma unroll
+      for (uint32_t half = 0; half < Fragment::kRowHalves; ++half) {
+        const uint32_t e = i + half * Fragment::kColumnsPerThread;   // this row's pair
+        const uint32_t box = (e / pl::epi::kFloatsPerBlock) / kPairsPerBox;
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
+                     :: "r"(pl::smem_addr(at + box * kDqBoxBytes +
+                                          half * pl::epi::kHalfRows * pl::wgmma::kSwizzleBytes)),
+                        "f"(dq[e]), "f"(dq[e + 1])
+                     : "memory");
+      }
+    }
   }
 }
 
@@ -476,9 +491,6 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   const bool releaser = thread % pl::kWarpgroupThreads == 0;
   const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
   const uint32_t first_key = warpgroup * kRows;
-  const uint32_t first_column = kDqByKeys ? 0 : warpgroup * kDqColumns;   // of dQ
-  const uint32_t dq_staging = at.smem.dq_staging + warpgroup * kDqStagingBytes;
-  const uint32_t dq_origin = at.smem.dq_origin + warpgroup * uint32_t(sizeof(int2));
   const uint32_t local = thread % pl::kWarpgroupThreads;
   const uint32_t own = warpgroup == 0 ? at.bar.wg_a : at.bar.wg_b;
   // The barrier that publishes a step's dS^T and statistics: both warpgroups' where dQ
@@ -526,6 +538,9 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     t.partial = t.kv_first + int32_t(kRows) > len || t.q_first + int32_t(kTileQ) > len ||
                 pl_attn_bwd_core_mask_partial(k, t.q_first, t.q_first + int32_t(kTileQ),
                                               t.kv_first, t.kv_first + int32_t(kRows));
+    // (Shared addresses from first_key, which every step reads anyway: kept apart
+    // across the loop they would cost registers the softmax has none of.)
+    const uint32_t dq_origin = at.smem.dq_origin + (first_key / kRows) * uint32_t(sizeof(int2));
     if (releaser) park_origin(dq_origin, tile.m_offset + t.q_first, qs.head);
     pl::consumer_wait(at.port.q, st.q);
     pl::consumer_wait(at.port.d_o, st.d_o);
@@ -589,6 +604,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     // dQ to shared memory once the last step's reductions have read it, then to global.
     // Deterministic turns count the key tiles the mask's kv_range gives a query tile;
     // mapped slots (a BlockMask's) skip tiles, so there the sums go in any order.
+    const uint32_t dq_staging = at.smem.dq_staging + (first_key / kRows) * kDqStagingBytes;
     if (releaser) pl::tma::store_wait_read<0>();
     pl::named_sync(own, pl::kWarpgroupThreads);
     stage_query_grads(dq, dq_staging, f);
@@ -596,17 +612,17 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     pl::named_sync(own, pl::kWarpgroupThreads);
     if (releaser) {
       const int2 origin = parked_origin(dq_origin);
-      const bool in_turn = contiguous && args.deterministic != 0;
-      uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
-      if (in_turn) {
+      const uint32_t first_column = kDqByKeys ? 0 : (first_key / kRows) * kDqColumns;   // of dQ
+      if (contiguous && args.deterministic != 0) {
+        uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
         pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
         asm volatile("fence.proxy.async.global;" ::: "memory");   // the sums before, then ours
-      }
-      reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
-      if (in_turn) {
+        reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
         pl::tma::store_wait<0>();
         asm volatile("fence.proxy.async.global;" ::: "memory");   // ours, then the count
         pl::counter_release(turn);
+      } else {
+        reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
       }
     }
     slot = next_slot;
