@@ -52,7 +52,6 @@ constexpr uint32_t kDqBoxColumns = pl::wgmma::kSwizzleBytes / sizeof(float);
 constexpr uint32_t kDqBoxes = kDqColumns / kDqBoxColumns;
 constexpr uint32_t kDqBoxBytes = kTileQ * pl::wgmma::kSwizzleBytes;
 constexpr uint32_t kDqStagingBytes = kDqBoxes * kDqBoxBytes;        // one warpgroup's
-constexpr uint32_t kSwizzleChunkBytes = 16;                         // TMA's swizzle unit
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
 static_assert(kTileQ == kBoxColumns,
@@ -404,9 +403,9 @@ __device__ __forceinline__ void stage_query_grads(const float (&dq)[kDq], uint32
   constexpr uint32_t kBlockBytes = pl::epi::kBlockCols * sizeof(float);     // two chunks
   const uint32_t swizzle = uint32_t(f.row0) % pl::wgmma::kSwizzleRows;
   const uint32_t byte = uint32_t(f.col0) * uint32_t(sizeof(float));         // in its block
-  const uint32_t chunk = (byte / kSwizzleChunkBytes) ^ (swizzle % 2);
+  const uint32_t chunk = (byte / pl::epi::kChunkBytes) ^ (swizzle % 2);
   const uint32_t row_base = staging + uint32_t(f.row0) * pl::wgmma::kSwizzleBytes +
-                            chunk * kSwizzleChunkBytes + byte % kSwizzleChunkBytes;
+                            chunk * pl::epi::kChunkBytes + byte % pl::epi::kChunkBytes;
 #pragma unroll
   for (uint32_t block = 0; block < kPairsPerBox; ++block) {
     const uint32_t at = row_base + (block ^ (swizzle / 2)) * kBlockBytes;
@@ -616,10 +615,10 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
       if (contiguous && args.deterministic != 0) {
         uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
         pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
-        asm volatile("fence.proxy.async.global;" ::: "memory");   // the sums before, then ours
+        pl::tma::fence_proxy_async_global();   // the sums before, then ours
         reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
         pl::tma::store_wait<0>();
-        asm volatile("fence.proxy.async.global;" ::: "memory");   // ours, then the count
+        pl::tma::fence_proxy_async_global();   // ours, then the count
         pl::counter_release(turn);
       } else {
         reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "pipelink/smem.cuh"
+#include "pipelink/tma.cuh"
 #include "pipelink/types.cuh"
 
 namespace pl::phase {
@@ -41,7 +42,7 @@ __device__ __forceinline__ void end(uint32_t threads) {
 // One thread per CTA, after end(): this CTA is done with the phase, and every global
 // write of it (its TMA stores too) is released to the GPU with the count.
 __device__ __forceinline__ void arrive(const KernelInfo& k, uint32_t offset) {
-  asm volatile("fence.proxy.async.global;" ::: "memory");
+  tma::fence_proxy_async_global();
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter(k, offset)) : "memory");
 }
 
@@ -62,7 +63,7 @@ __device__ __forceinline__ void wait(const KernelInfo& k, uint32_t offset) {
 // (async proxy) reads of global memory.
 __device__ __forceinline__ void begin(uint32_t threads) {
   cta_sync(threads);
-  asm volatile("fence.proxy.async.global;" ::: "memory");
+  tma::fence_proxy_async_global();
 }
 
 // Builds with phase clocks (LinkOptions.phase_clock) only: thread `thread` of the CTA

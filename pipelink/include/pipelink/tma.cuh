@@ -108,6 +108,12 @@ __device__ __forceinline__ void reduce_add_3d(const void* map, uint32_t src_offs
       :: "l"(map), "r"(smem_addr(src_offset)), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 
+// Orders global memory between the generic proxy and TMA (the async proxy): TMA writes
+// a thread waited for, before its release; an acquire, before TMA reads or reductions.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 __device__ __forceinline__ void store_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
