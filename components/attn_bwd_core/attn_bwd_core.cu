@@ -440,20 +440,6 @@ __device__ __forceinline__ void reduce_query_grads(const void* map, uint32_t sta
   pl::tma::store_commit();
 }
 
-// The step's dQ box origin {first row, head}, parked in shared memory by the releaser
-// for its reductions: held in registers across the step's softmax it would spill.
-__device__ __forceinline__ void park_origin(uint32_t slot, int32_t first_row, int32_t head) {
-  asm volatile("st.shared.v2.s32 [%0], {%1, %2};"
-               :: "r"(pl::smem_addr(slot)), "r"(first_row), "r"(head) : "memory");
-}
-
-__device__ __forceinline__ int2 parked_origin(uint32_t slot) {
-  int2 origin;
-  asm volatile("ld.shared.v2.s32 {%0, %1}, [%2];"
-               : "=r"(origin.x), "=r"(origin.y) : "r"(pl::smem_addr(slot)) : "memory");
-  return origin;
-}
-
 // Deterministic mode: the dQ partial sums of one (query head, query tile) are added in
 // key-tile order. Each warpgroup's releaser waits until every key tile before its own
 // has added its share (a counter per query tile in dq_turns, both warpgroups of a key tile
@@ -477,6 +463,23 @@ __device__ __forceinline__ uint32_t my_turn(const pl::KernelInfo& k, const pl::W
   return turns_before(k, tile, t) + (kDqByKeys ? warpgroup : 0);
 }
 
+// A warpgroup's dQ staging changes hands with the writer warp at two named barriers of
+// the warpgroup and the writer: full (the warpgroup arrives, the writer waits) and empty
+// (the other way round). The writer credits empty once before its first record and the
+// warpgroup takes the last credit in its tail, so every barrier instance completes.
+constexpr uint32_t kHandoffThreads = pl::kWarpgroupThreads + pl::kWarpThreads;
+
+struct Handoff {
+  uint32_t full;
+  uint32_t empty;
+};
+
+__device__ __forceinline__ Handoff handoff_of(const pl_place_attn_bwd_core& at,
+                                              uint32_t warpgroup) {
+  return warpgroup == 0 ? Handoff{at.bar.dq_full_a, at.bar.dq_empty_a}
+                        : Handoff{at.bar.dq_full_b, at.bar.dq_empty_b};
+}
+
 // Consumer warpgroups' perspective, per record: the key tile's query steps in order;
 // dK and dV leave through the register ports once the record is done.
 extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at,
@@ -487,7 +490,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                                                 float (&dk)[kGrads], float (&dv)[kGrads]) {
   const uint32_t thread = pl::thread_in_role(at.role.mma);
   const uint32_t warpgroup = thread / pl::kWarpgroupThreads;
-  const bool releaser = thread % pl::kWarpgroupThreads == 0;
+  const bool releaser = thread % pl::kWarpgroupThreads == 0;   // of the ring stages
   const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
   const uint32_t first_key = warpgroup * kRows;
   const uint32_t local = thread % pl::kWarpgroupThreads;
@@ -539,8 +542,6 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                                               t.kv_first, t.kv_first + int32_t(kRows));
     // (Shared addresses from first_key, which every step reads anyway: kept apart
     // across the loop they would cost registers the softmax has none of.)
-    const uint32_t dq_origin = at.smem.dq_origin + (first_key / kRows) * uint32_t(sizeof(int2));
-    if (releaser) park_origin(dq_origin, tile.m_offset + t.q_first, qs.head);
     pl::consumer_wait(at.port.q, st.q);
     pl::consumer_wait(at.port.d_o, st.d_o);
     const uint32_t stats_stage = stats + (n % kDsBuffers) * kStatsBytes;
@@ -600,30 +601,13 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     }
     st.q.advance(at.port.q);
     st.d_o.advance(at.port.d_o);
-    // dQ to shared memory once the last step's reductions have read it, then to global.
-    // Deterministic turns count the key tiles the mask's kv_range gives a query tile;
-    // mapped slots (a BlockMask's) skip tiles, so there the sums go in any order.
-    const uint32_t dq_staging = at.smem.dq_staging + (first_key / kRows) * kDqStagingBytes;
-    if (releaser) pl::tma::store_wait_read<0>();
-    pl::named_sync(own, pl::kWarpgroupThreads);
-    stage_query_grads(dq, dq_staging, f);
+    // dQ to shared memory once the writer's adds have read the last step's, then over
+    // to the writer.
+    const Handoff dq_handoff = handoff_of(at, warpgroup);
+    pl::named_sync(dq_handoff.empty, kHandoffThreads);
+    stage_query_grads(dq, at.smem.dq_staging + warpgroup * kDqStagingBytes, f);
     pl::fence_proxy_async_smem();
-    pl::named_sync(own, pl::kWarpgroupThreads);
-    if (releaser) {
-      const int2 origin = parked_origin(dq_origin);
-      const uint32_t first_column = kDqByKeys ? 0 : (first_key / kRows) * kDqColumns;   // of dQ
-      if (contiguous && args.deterministic != 0) {
-        uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
-        pl::counter_wait(turn, my_turn(k, tile, t, warpgroup));
-        pl::tma::fence_proxy_async_global();   // the sums before, then ours
-        reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
-        pl::tma::store_wait<0>();
-        pl::tma::fence_proxy_async_global();   // ours, then the count
-        pl::counter_release(turn);
-      } else {
-        reduce_query_grads(args.dq_accum, dq_staging, origin.x, origin.y, first_column);
-      }
-    }
+    pl::named_arrive(dq_handoff.full, kHandoffThreads);
     slot = next_slot;
     mapped_tile = next_qs.q_tile;
   }
@@ -634,11 +618,76 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   st.kv.advance(at.port.kv);
 }
 
-// Once, after the last record: every dQ reduction is done in global memory before the
-// phase that reads dq_accum.
+// Once, after the last record: the writer's last credit on this warpgroup's empty
+// barrier, taken.
 extern "C" __device__ void pl_attn_bwd_core_mma_tail(const pl_place_attn_bwd_core& at,
                                                      const pl_args_attn_bwd_core&,
                                                      const pl::KernelInfo&,
                                                      pl_state_attn_bwd_core_mma&) {
-  if (pl::thread_in_role(at.role.mma) % pl::kWarpgroupThreads == 0) pl::tma::store_wait<0>();
+  const uint32_t warpgroup = pl::thread_in_role(at.role.mma) / pl::kWarpgroupThreads;
+  pl::named_sync(handoff_of(at, warpgroup).empty, kHandoffThreads);
+}
+
+// The writer warp's perspective, once before its first record: every warpgroup's staging
+// is free.
+extern "C" __device__ void pl_attn_bwd_core_dq_writer_init(const pl_place_attn_bwd_core& at,
+                                                           const pl_args_attn_bwd_core&,
+                                                           const pl::KernelInfo&,
+                                                           pl_state_attn_bwd_core_dq_writer&) {
+#pragma unroll
+  for (uint32_t g = 0; g < kWarpgroups; ++g) pl::named_arrive(handoff_of(at, g).empty, kHandoffThreads);
+}
+
+// The writer warp's perspective, per record: the record's query steps in the consumers'
+// order; per step and warpgroup, its staged dQ added to dq_accum from the step's first
+// row (rows past the map clip; rows past the sequence within it are dQ's zero rows), in
+// key-tile order where deterministic (contiguous query tiles only, as the turns count).
+extern "C" __device__ void pl_attn_bwd_core_dq_writer(const pl_place_attn_bwd_core& at,
+                                                      const pl_args_attn_bwd_core& args,
+                                                      const pl::KernelInfo& k,
+                                                      const pl::WorkTile& tile,
+                                                      pl_state_attn_bwd_core_dq_writer&) {
+  const bool issuer = pl::lane() == 0;
+  const bool in_turn = pl_attn_bwd_core_q_tiles_contiguous(k) && args.deterministic != 0;
+  const pl::attn::QueryWalk walk = pl::attn::query_walk(tile, args.kv_group);
+  pl::attn::QueryStep slot = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
+  const int32_t len = tile.m_end - tile.m_offset;
+  for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
+    const pl::attn::QueryStep qs{
+        slot.head, pl_attn_bwd_core_q_tiles_q_tile(k, tile, slot.head, slot.q_tile)};
+    const StepTile t{qs.q_tile * int32_t(kTileQ), tile.m_block * int32_t(kTileN), len, false};
+#pragma unroll
+    for (uint32_t g = 0; g < kWarpgroups; ++g) {
+      const Handoff h = handoff_of(at, g);
+      const uint32_t staging = at.smem.dq_staging + g * kDqStagingBytes;
+      const uint32_t first_column = kDqByKeys ? 0 : g * kDqColumns;
+      pl::named_sync(h.full, kHandoffThreads);
+      if (issuer && in_turn) {
+        uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
+        pl::counter_wait(turn, my_turn(k, tile, t, g));
+        pl::tma::fence_proxy_async_global();   // the sums before, then ours
+        reduce_query_grads(args.dq_accum, staging, tile.m_offset + t.q_first, qs.head,
+                           first_column);
+        pl::tma::store_wait<0>();
+        pl::tma::fence_proxy_async_global();   // ours, then the count
+        pl::counter_release(turn);
+      } else if (issuer) {
+        reduce_query_grads(args.dq_accum, staging, tile.m_offset + t.q_first, qs.head,
+                           first_column);
+        pl::tma::store_wait_read<0>();
+      }
+      __syncwarp();
+      pl::named_arrive(h.empty, kHandoffThreads);
+    }
+    slot = walk.next(slot);
+  }
+}
+
+// Once, after the last record: every dQ reduction is done in global memory before the
+// phase that reads dq_accum.
+extern "C" __device__ void pl_attn_bwd_core_dq_writer_tail(const pl_place_attn_bwd_core&,
+                                                           const pl_args_attn_bwd_core&,
+                                                           const pl::KernelInfo&,
+                                                           pl_state_attn_bwd_core_dq_writer&) {
+  if (pl::lane() == 0) pl::tma::store_wait<0>();
 }
