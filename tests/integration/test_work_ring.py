@@ -106,11 +106,14 @@ def test_every_recipe_links_with_folded_placement(out, name, kernel, arch):
     # Every looping lane reads its phase's ring, one arrival per warp: on sm_90a the
     # loader warp and two consumer warpgroups (or two pingpong teams of one); on sm_100a
     # the loader, the MMA warp and the epilogue warpgroup (the attention backward: the
-    # gradient warpgroup and one epilogue warpgroup for dK and dV, a lane).
-    sm100_warpgroups = 2 if name.startswith("attn_") and kernel == "backward" else 1
+    # gradient warpgroup and one epilogue warpgroup for dK and dV, a lane); the sm_90a
+    # attention backward also its dQ writer warp.
+    attention_backward = name.startswith("attn_") and kernel.startswith("backward")
+    sm100_warpgroups = 2 if attention_backward else 1
     for ring in rings:
         assert ring.consumers[0].endswith("load.producer")
-        assert ring.arrivals == {"sm_90a": 1 + 8, "sm_100a": 1 + 1 + 4 * sm100_warpgroups}[arch]
+        assert ring.arrivals == {"sm_90a": 1 + 8 + attention_backward,
+                                 "sm_100a": 1 + 1 + 4 * sm100_warpgroups}[arch]
     # Each ring's trip count is bound once, on its scheduler, where the scheduler takes
     # one (a K-packed grouped schedule reads every problem's k range from its ends, an
     # attention schedule each tile's key range from its mask or BlockMask).
