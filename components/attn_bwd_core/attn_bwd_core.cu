@@ -558,8 +558,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
       issue_scores<kTileQ>(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     }
     const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
-    const pl::attn::QueryStep next_qs = more ? placed(next_slot) : qs;
-    const float early_stat = more && early ? load_stat(args, tile, next_qs, local) : 0.0f;
+    const float early_stat = more && early ? load_stat(args, tile, placed(next_slot), local)
+                                           : 0.0f;
     if (identity) {
       pl::wgmma::wait<1>();
       pl::wgmma::fence_operands(s);
@@ -575,7 +575,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                     t, qs, tile.group, first_key, at.smem.ds + (n % kDsBuffers) * kDsBytes);
     }
     if (more) {
-      const float next_stat = early ? early_stat : load_stat(args, tile, next_qs, local);
+      const float next_stat = early ? early_stat
+                                    : load_stat(args, tile, placed(next_slot), local);
       store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
     }
     // dS^T (and the next step's statistics) in shared memory before any reads them:
@@ -608,8 +609,8 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     stage_query_grads(dq, at.smem.dq_staging + warpgroup * kDqStagingBytes, f);
     pl::fence_proxy_async_smem();
     pl::named_arrive(dq_handoff.full, kHandoffThreads);
+    if (more && !contiguous) mapped_tile = placed(next_slot).q_tile;
     slot = next_slot;
-    mapped_tile = next_qs.q_tile;
   }
   // The last step's buffers are done with (by every warpgroup that reads them) before
   // the next record writes.
