@@ -441,11 +441,11 @@ __device__ __forceinline__ void reduce_query_grads(const void* map, uint32_t sta
 }
 
 // Deterministic mode: the dQ partial sums of one (query head, query tile) are added in
-// key-tile order. Each warpgroup's releaser waits until every key tile before its own
-// has added its share (a counter per query tile in dq_turns, both warpgroups of a key tile
-// counting 1 each; with kDqByKeys, whose warpgroups add to the same columns, warpgroup 1
-// after warpgroup 0), adds, waits until its reductions are done in global memory, and
-// counts itself. Records go out in key-tile order and every
+// key-tile order. For each warpgroup's share the writer waits until every key tile before
+// its own has added its share (a counter per query tile in dq_turns, both warpgroups of a
+// key tile counting 1 each; with kDqByKeys, whose warpgroups add to the same columns,
+// warpgroup 1 after warpgroup 0), adds, waits until its reductions are done in global
+// memory, and counts the share. Records go out in key-tile order and every
 // CTA of the persistent grid is resident, so the tiles waited on are running or done.
 // The query tile's first key tile comes from the mask's kv_range, which must agree
 // with its q_range at tile granularity (the shipped masks do).
