@@ -42,6 +42,7 @@ from results_md import (  # noqa: E402
 )
 
 from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
+from bench.gemm_swiglu import flushed as flushed_medians  # noqa: E402
 
 ROTATE = 2
 # B, H, S, D per head dim: the *_d64 recipes are built for 64, the others for 128.
@@ -220,12 +221,7 @@ def bench_case(ops: dict, b: int, h: int, s: int, d: int, recipe: str, rounds: i
         if not errors[name] < 3e-2:
             raise SystemExit(f"{name} is wrong: max |diff| vs {reference} {errors[name]:.3g}")
     events = interleaved(fns, rounds, 1)
-    try:
-        from triton.testing import do_bench
-        flushed = {k: do_bench(f, warmup=10, rep=100, return_mode="median")
-                   for k, f in fns.items()}
-    except ImportError:
-        flushed = None
+    flushed = flushed_medians(fns)
     return {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
             f"max_abs_diff_vs_{reference}": errors, "pairs": pairs * b}
 

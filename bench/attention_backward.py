@@ -49,6 +49,7 @@ from bench.attention import (  # noqa: E402
     tflops_svg,
 )
 from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
+from bench.gemm_swiglu import flushed as flushed_medians  # noqa: E402
 
 ROTATE = 2
 RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
@@ -158,12 +159,7 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
             raise SystemExit(f"{recipe} {name} is wrong: max relative |diff| vs {reference} "
                              f"{errors[name]:.3g}")
     events = interleaved(fns, rounds, 1)
-    try:
-        from triton.testing import do_bench
-        flushed = {k: do_bench(f, warmup=10, rep=100, return_mode="median")
-                   for k, f in fns.items()}
-    except ImportError:
-        flushed = None
+    flushed = flushed_medians(fns)
     return {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
             f"max_rel_diff_vs_{reference}": errors, "pairs": pairs * b}
 

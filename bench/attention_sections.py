@@ -29,6 +29,7 @@ from results_md import bench_main, put_section, write_rows  # noqa: E402
 
 from bench.attention import mask_mod_of, mask_recipe, shapes_of  # noqa: E402
 from bench.attention_backward import dq_turns  # noqa: E402
+from bench.gemm_swiglu import flushed as flushed_medians  # noqa: E402
 from bench.gemm_swiglu import geomean, interleaved  # noqa: E402
 
 RECIPES = ("attn_causal", "attn_sliding", "attn_block_sparse", "attn_dense", "attn_causal_d64",
@@ -157,12 +158,7 @@ def sweep(folder: Path, recipe: str, shape: tuple[int, int, int, int], rounds: i
             if why:
                 raise SystemExit(f"{recipe} {kernel} section {name}: {why}")
         events = interleaved(fns, rounds, 1)
-        try:
-            from triton.testing import do_bench
-            flushed = {k: do_bench(f, warmup=10, rep=100, return_mode="median")
-                       for k, f in fns.items()}
-        except ImportError:
-            flushed = None
+        flushed = flushed_medians(fns)
         rows.append({"recipe": recipe, "kernel": kernel, "B": b, "H": h, "S": s, "D": d,
                      "pairs": pairs, "bind": bind, "built": built,
                      "built_as": built_name(pairs, built), "events_ms": events,

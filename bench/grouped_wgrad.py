@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from results_md import bench_main, put_section  # noqa: E402
 
 from bench.gemm_swiglu import ceilings, geomean, interleaved  # noqa: E402
+from bench.gemm_swiglu import flushed as flushed_medians  # noqa: E402
 from bench.grouped_gemm import routed_sizes  # noqa: E402
 
 ALIGN = 64
@@ -97,12 +98,7 @@ def bench_case(ops: dict, sizes: list[int], m: int, n: int, rounds: int) -> dict
            "grouped_mm": grouped_mm, "loop": loop}
     errors = check(fns, sets, ends_list, turn)
     events = interleaved(fns, rounds, 1)
-    try:
-        from triton.testing import do_bench
-        flushed = {k: do_bench(f, warmup=10, rep=100, return_mode="median")
-                   for k, f in fns.items()}
-    except ImportError:
-        flushed = None
+    flushed = flushed_medians(fns)
     return {"events_ms": events, "do_bench_ms": flushed, "max_rel_err": errors}
 
 
