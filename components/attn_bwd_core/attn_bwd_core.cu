@@ -121,19 +121,13 @@ __device__ __forceinline__ float load_stat(const pl_args_attn_bwd_core& args,
 
 __device__ __forceinline__ void store_stat(uint32_t buffer, float value, uint32_t thread) {
   if (thread < kStatsFloats) {
-    asm volatile("st.shared.f32 [%0], %1;"
-                 :: "r"(pl::smem_addr(buffer + thread * uint32_t(sizeof(float)))), "f"(value)
-                 : "memory");
+    pl::st_shared_f32(buffer + thread * uint32_t(sizeof(float)), value);
   }
 }
 
 // Two adjacent floats of a statistics row in shared memory.
 __device__ __forceinline__ float2 stats_pair(uint32_t stats_stage, uint32_t row, int32_t column) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y)
-               : "r"(pl::smem_addr(stats_stage + (row * kTileQ + uint32_t(column)) *
-                                   sizeof(float))));
-  return v;
+  return pl::ld_shared_v2_f32(stats_stage + (row * kTileQ + uint32_t(column)) * sizeof(float));
 }
 
 // P^T in place of S^T: exp2(scale log2e S - LSE2) per element with the step's base-2
@@ -322,8 +316,7 @@ __device__ __forceinline__ void store_score_grads(uint32_t buffer,
       const uint32_t chunk = block ^ (row % pl::epi::kSwizzleRows);
       const uint32_t offset = buffer + row * pl::epi::kSwizzleRowBytes +
                               chunk * pl::epi::kChunkBytes + uint32_t(f.col0) * sizeof(Element);
-      asm volatile("st.shared.b32 [%0], %1;" :: "r"(pl::smem_addr(offset)), "r"(ds[j][r])
-                   : "memory");
+      pl::st_shared_b32(offset, ds[j][r]);
     }
   }
 }
@@ -416,11 +409,9 @@ __device__ __forceinline__ void stage_query_grads(const float (&dq)[kDq], uint32
       for (uint32_t half = 0; half < Fragment::kRowHalves; ++half) {
         const uint32_t e = i + half * Fragment::kColumnsPerThread;   // this row's pair
         const uint32_t box = (e / pl::epi::kFloatsPerBlock) / kPairsPerBox;
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
-                     :: "r"(pl::smem_addr(at + box * kDqBoxBytes +
-                                          half * pl::epi::kHalfRows * pl::wgmma::kSwizzleBytes)),
-                        "f"(dq[e]), "f"(dq[e + 1])
-                     : "memory");
+        pl::st_shared_v2_f32(at + box * kDqBoxBytes +
+                                 half * pl::epi::kHalfRows * pl::wgmma::kSwizzleBytes,
+                             dq[e], dq[e + 1]);
       }
     }
   }

@@ -204,17 +204,11 @@ __device__ __forceinline__ void stage_stats(const pl_args_attn_bwd_umma_core& ar
     value = __ldcg(args.stats + pl::attn::stats_index(uint32_t(head), kind, args.rows,
                                                       tile.m_offset + q));
   }
-  asm volatile("st.shared.f32 [%0], %1;"
-               :: "r"(pl::smem_addr(buffer + thread * uint32_t(sizeof(float)))), "f"(value)
-               : "memory");
+  pl::st_shared_f32(buffer + thread * uint32_t(sizeof(float)), value);
 }
 
 __device__ __forceinline__ float staged_stat(uint32_t buffer, uint32_t kind, uint32_t i) {
-  float v;
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v)
-               : "r"(pl::smem_addr(buffer + (kind * kTileQ + i) * uint32_t(sizeof(float))))
-               : "memory");
-  return v;
+  return pl::ld_shared_f32(buffer + (kind * kTileQ + i) * uint32_t(sizeof(float)));
 }
 
 // An empty statement that claims to rewrite the half row of pairs from `first`: their

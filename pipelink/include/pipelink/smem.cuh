@@ -30,6 +30,35 @@ __device__ __forceinline__ void st_shared_v4(uint32_t offset, uint32_t a, uint32
                :: "r"(smem_addr(offset)), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
+// 32-bit and 2 x 32-bit shared stores and loads at placed offsets. Volatile, with a
+// memory clobber: they stay where the code puts them between the named barriers and
+// mbarrier waits that order them against other warps.
+__device__ __forceinline__ void st_shared_b32(uint32_t offset, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" :: "r"(smem_addr(offset)), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_f32(uint32_t offset, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" :: "r"(smem_addr(offset)), "f"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v2_f32(uint32_t offset, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};"
+               :: "r"(smem_addr(offset)), "f"(a), "f"(b) : "memory");
+}
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t offset) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(smem_addr(offset)) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float2 ld_shared_v2_f32(uint32_t offset) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+               : "=f"(v.x), "=f"(v.y) : "r"(smem_addr(offset)) : "memory");
+  return v;
+}
+
 // Ordinary shared stores that TMA or wgmma read next must cross into the async proxy.
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
