@@ -60,7 +60,7 @@ TMEM_COLUMN_BYTES = 4               # a Tensor Memory column is 32 bits per lane
 CONVERTIBLE_DTYPES = {"f32", "bf16", "f16"}
 CONVERTIBLE_LAYOUTS = {"row_major", "col_major"}
 TENSOR_ARGS = {"ptr", "tensormap"}     # bound to a tensor by name; the rest to an expression
-HOST_SIZES = ("num_sms",)              # sizes the runtime knows without a tensor
+HOST_SIZES = ("num_sms", "l2_bytes")   # sizes the runtime knows without a tensor
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,8 @@ LAUNCH = _obj(description="how the host launches the kernel", props={
                                "may name (state its bounds under require)"},
     "outputs": _map(TENSOR, "allocated outputs: name -> {dtype, shape}"),
     "bind": {"type": "object", "description": "instance.arg -> a tensor's name or a host "
-                                              "expression over sizes (and num_sms)"},
+                                              "expression over sizes (and the host's "
+                                              "num_sms, l2_bytes)"},
     "require": {"type": "array", "items": {"type": "string"},
                 "description": "conditions on sizes every call must meet, each one "
                                "comparison ('E <= 64', 'D % 8 == 0'): a call that breaks "

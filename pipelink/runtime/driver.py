@@ -90,8 +90,19 @@ def max_active_clusters(function: Any, block: int, smem: int, cluster: int) -> i
                     "asking how many clusters fit"))
 
 
-def sm_count(device: int) -> int:
+def _attribute(device: int, attribute: str, what: str) -> int:
+    """One attribute of a device (initialising the driver: a tool may ask first)."""
     drv = driver()
-    return int(call(drv.cuDeviceGetAttribute(
-        drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        call(drv.cuDeviceGet(device), "cuDeviceGet")), "reading the SM count"))
+    call(drv.cuInit(0), "cuInit")
+    return int(call(drv.cuDeviceGetAttribute(getattr(drv.CUdevice_attribute, attribute),
+                                             call(drv.cuDeviceGet(device), "cuDeviceGet")),
+                    f"reading the {what}"))
+
+
+def sm_count(device: int) -> int:
+    return _attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", "SM count")
+
+
+def l2_bytes(device: int) -> int:
+    """The device's L2 cache in bytes."""
+    return _attribute(device, "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE", "L2 size")

@@ -158,7 +158,7 @@ class KernelSet:
 
     def _first_that_holds(self, spec: LaunchSpec, shapes: list[tuple[Any, ...]],
                           scalars: tuple[Any, ...]) -> Op:
-        sizes: dict[str, Any] = {"num_sms": self.dispatch[0][0]._num_sms}
+        sizes: dict[str, Any] = dict(self.dispatch[0][0].host_sizes)
         sizes.update(zip((name for name, _ in spec.scalar_inputs), scalars, strict=True))
         for want, shape in zip(spec.inputs, shapes, strict=True):
             for dim, name in zip(shape, want.shape, strict=True):

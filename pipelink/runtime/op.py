@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import RuntimeLaunchError
 from . import contents, torch_ops
-from .driver import max_active_clusters, sm_count
+from .driver import l2_bytes, max_active_clusters, sm_count
 from .kernel import DEFAULT_PTR_ALIGN, Launch, LinkedKernel
 from .spec import LaunchSpec, evaluate
 from .tensors import (
@@ -40,6 +40,9 @@ from .tensors import (
     spans_overlap,
     tensor_info,
 )
+
+# from_meta's L2 where no driver is asked (tools and tests): an H100's or H200's.
+H100_L2_BYTES = 50 * 1024 * 1024
 
 
 @dataclass
@@ -80,7 +83,7 @@ class Op:
             raise RuntimeLaunchError("the recipe states no host-side launch (launch.inputs)",
                                      where=str(folder),
                                      hint="use LinkedKernel.launch with explicit arguments")
-        self._setup(self._resident_ctas())
+        self._setup(self._resident_ctas(), l2_bytes(self.kernel.device))
 
     def _resident_ctas(self) -> int:
         """The CTAs a persistent grid may have, all resident at once (the schedulers
@@ -96,16 +99,17 @@ class Op:
         return max(min(sms, clusters * size), size)
 
     @classmethod
-    def from_meta(cls, meta: dict[str, Any], num_sms: int) -> Op:
+    def from_meta(cls, meta: dict[str, Any], num_sms: int,
+                  l2_bytes: int = H100_L2_BYTES) -> Op:
         """The op's checks, shapes and torch registration from kernel.json alone, with no
         driver (for tools and tests; it cannot launch)."""
         op = object.__new__(cls)
         op.kernel = LinkedKernel.from_meta(meta)
         op.spec = LaunchSpec.from_meta(meta)
-        op._setup(num_sms)
+        op._setup(num_sms, l2_bytes)
         return op
 
-    def _setup(self, num_sms: int) -> None:
+    def _setup(self, num_sms: int, l2_bytes: int) -> None:
         import torch
         self._torch = torch
         # What every cached call asks of torch, looked up once.
@@ -117,6 +121,8 @@ class Op:
         # (absent from CPU-only builds of torch, where an op is checks and shapes only)
         self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._num_sms = num_sms
+        # The sizes binds and conditions may name besides the inputs' (check.HOST_SIZES).
+        self.host_sizes = {"num_sms": num_sms, "l2_bytes": l2_bytes}
         self._plans: dict[tuple, Plan] = {}
         self._device = torch.device("cuda", self.kernel.device or 0)
         self._out_names = tuple(o.name for o in self.spec.outputs)
@@ -381,7 +387,7 @@ class Op:
         sizes = self.spec.sizes({n: i.shape for n, i in infos.items()},
                                 {n: i.dtype for n, i in infos.items()},
                                 {**dict(zip(self.spec.scalar_names, values, strict=True)),
-                                 "num_sms": self._num_sms})
+                                 **self.host_sizes})
         shapes = self.spec.output_shapes(sizes)
         alloc = []
         for o in self.spec.outputs:

@@ -226,7 +226,7 @@ def _fake(name: str, *args: Any) -> Any:
     shapes = {n: tuple(t.shape) for n, t in zip(spec.input_names, inputs, strict=True)}
     dtypes = {n: dtype_name(t) for n, t in zip(spec.input_names, inputs, strict=True)}
     sizes = spec.sizes(shapes, dtypes, {**dict(zip(spec.scalar_names, values, strict=True)),
-                                        "num_sms": op._num_sms})
+                                        **op.host_sizes})
     out_shapes = spec.output_shapes(sizes)
     outs = tuple(inputs[0].new_empty(out_shapes[o.name], dtype=torch_dtype(o.dtype))
                  for o in spec.outputs)

@@ -125,7 +125,7 @@ CASES = [
     # The launch, as kernel.json will carry it to the runtime.
     Case("bind_names_unknown_size",
          (f"{RECIPE}: launch.bind.load.k_tiles", "'Kk // 64' names size Kk",
-          "which no input's shape binds", "sizes here: K, M", "num_sms"),
+          "which no input's shape binds", "sizes here: K, M", "num_sms, l2_bytes"),
          recipe=bind("load.k_tiles", "Kk // 64")),
     Case("scalar_shadows_an_input_dimension",
          (f"{RECIPE}: launch.scalars.K", "scalar 'K' has the name of an input dimension",

@@ -75,6 +75,17 @@ def test_same_cubin_registers_once():
     assert a.torch_op is b.torch_op
 
 
+def test_host_sizes_reach_binds():
+    """A bind may name the GPU's L2 size beside its SM count: both come from the host."""
+    meta = copy.deepcopy(META)
+    meta["launch"]["bind"]["load.k_tiles"] = "min(K // 64, l2_bytes // 2**20)"
+    for l2, k_tiles in ((3 * 2**20, 3), (50 * 2**20, 8)):
+        op = Op.from_meta(meta, num_sms=132, l2_bytes=l2)
+        sizes = op.spec.sizes({"x": (300, 512), "w": (1024, 512)},
+                              {"x": "bf16", "w": "bf16"}, op.host_sizes)
+        assert op.spec.scalars(sizes) == {"load.k_tiles": k_tiles}
+
+
 def _gemm_meta(kernel: str, a: str, b: str, out: str, shapes: tuple) -> dict:
     meta = copy.deepcopy(META)
     meta.update(recipe="lin", kernel=kernel, cubin_sha256=f"{kernel:x<64}")
