@@ -581,8 +581,9 @@ def _check_arrival_threads(bound: dict[str, BoundContract], problems: _Problems)
 
 
 def _check_tmem_buffers(bound: dict[str, BoundContract], problems: _Problems) -> None:
-    """A tmem out port's buffer holds `stages` accumulators of its tile: one 32-bit
-    column per element of a row (rows are lanes), for every tunable choice."""
+    """A tmem out port's buffer holds `stages` equal slots, each at least its tile wide:
+    one 32-bit column per element of a row (rows are lanes), for every tunable choice.
+    A slot may be wider than the tile (a power-of-two stride), never narrower."""
     for inst, b in bound.items():
         for port in b.contract.ports.values():
             if port.kind != "tmem" or port.dir != "out":
@@ -591,13 +592,15 @@ def _check_tmem_buffers(bound: dict[str, BoundContract], problems: _Problems) ->
             words = max(1, expr.DTYPE_BYTES[b.dtype(port.dtype, port.name)] // TMEM_COLUMN_BYTES)
             want = f"({spec['stages']})*({spec['shape'][-1]})*{words}"
             have = b.contract.section("tmem")[buffer]["columns"]
-            _, gap = b.tabulate(f"({want}) - ({have})", f"tmem.{buffer}.columns")
-            if any(value for _, value in gap):
+            _, short = b.tabulate(f"({want}) - ({have})", f"tmem.{buffer}.columns")
+            _, uneven = b.tabulate(f"({have}) % ({spec['stages']})", f"tmem.{buffer}.columns")
+            if any(value > 0 for _, value in short) or any(value for _, value in uneven):
                 problems.add(f"instances.{inst}",
                              f"tmem port '{inst}.{port.name}' ({b.name}) holds {spec['stages']} "
                              f"buffers of {spec['shape'][-1]} columns, but tmem.{buffer} has "
                              f"{have} columns", f"make tmem.{buffer}.columns "
-                                                f"{spec['stages']} * {spec['shape'][-1]} in "
+                                                f"{spec['stages']} * {spec['shape'][-1]} (or "
+                                                f"{spec['stages']} equal wider slots) in "
                                                 f"{b.contract.path}")
 
 

@@ -3,7 +3,7 @@
 Contracts write sizes such as ``stages*tile_m*tile_k*2``. They are parsed with
 :mod:`ast` and only a small whitelist of nodes is walked: integer literals, names,
 unary ``+ -``, ``+ - * // % **`` and calls to ``min``, ``max``, ``ceil_div``,
-``align_up`` and ``sizeof``, and one choice form, ``a if p == 'word' else b``, where
+``align_up``, ``pow2_ceil`` and ``sizeof``, and one choice form, ``a if p == 'word' else b``, where
 ``p`` is a param holding a word (``==`` or ``!=`` against a quoted word or an integer):
 a contract's sizes may follow a word param such as a loader's operand majorness.
 Other comparisons, chained ones, attributes, subscripts and lambdas are refused.
@@ -41,8 +41,14 @@ def _align_up(a: int, b: int) -> int:
     return _ceil_div(a, b) * b
 
 
+def _pow2_ceil(a: int) -> int:
+    """The least power of two >= a (Tensor Memory allocations and their strides)."""
+    return 1 << max(a - 1, 0).bit_length()
+
+
 _FUNCS: dict[str, Callable[..., int]] = {
     "min": min, "max": max, "ceil_div": _ceil_div, "align_up": _align_up,
+    "pow2_ceil": _pow2_ceil,
 }
 
 Value = int | str
@@ -54,7 +60,8 @@ MAX_MAGNITUDE = 2**64
 _ALLOWED_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp,
                   ast.Call, ast.USub, ast.UAdd, ast.IfExp, ast.Compare, ast.Eq, ast.NotEq,
                   *_BINOPS)
-_SYNTAX_HINT = ("use integers, names, + - * // % ** and min/max/ceil_div/align_up/sizeof, "
+_SYNTAX_HINT = ("use integers, names, + - * // % ** and "
+                "min/max/ceil_div/align_up/pow2_ceil/sizeof, "
                 "or a if p == 'word' else b")
 
 
@@ -125,7 +132,8 @@ def _check_node(node: ast.AST, text: object, where: str) -> None:
         raise fail(f"literal {node.value!r} is not an integer")
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.keywords:
-            raise fail("only plain calls of min/max/ceil_div/align_up/sizeof are allowed")
+            raise fail("only plain calls of min/max/ceil_div/align_up/pow2_ceil/sizeof "
+                       "are allowed")
         if node.func.id not in _FUNCS and node.func.id != "sizeof":
             raise fail(f"unknown function '{node.func.id}'",
                        "available: " + ", ".join(sorted([*_FUNCS, "sizeof"])))
@@ -262,6 +270,8 @@ class _Evaluator(ast.NodeVisitor):
         args = [self.visit(a) for a in node.args]
         if name in ("ceil_div", "align_up") and (len(args) != 2 or args[1] == 0):
             raise self.fail(f"{name} takes two arguments, the second non-zero")
+        if name == "pow2_ceil" and (len(args) != 1 or args[0] < 1):
+            raise self.fail("pow2_ceil takes one argument of at least 1")
         if not args:
             raise self.fail(f"{name}() needs arguments")
         return self.bounded(func(*args))

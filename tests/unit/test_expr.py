@@ -38,6 +38,9 @@ EVALUATES = [
     ("ceil_div(96, 48)", 2),
     ("align_up(100, 64)", 128),
     ("align_up(128, 64)", 128),
+    ("pow2_ceil(192)", 256),
+    ("pow2_ceil(128)", 128),
+    ("pow2_ceil(1)", 1),
     ("  rows  ", 128),
     ("rows if dtype == 'bf16' else cols", 128),
     ("rows if dtype != 'bf16' else cols", 64),
@@ -83,6 +86,8 @@ REFUSED = [
     ("rows % zero", "division by zero"),
     ("ceil_div(rows, 0)", "ceil_div takes two arguments, the second non-zero"),
     ("align_up(rows)", "align_up takes two arguments"),
+    ("pow2_ceil(0)", "pow2_ceil takes one argument of at least 1"),
+    ("pow2_ceil(rows, cols)", "pow2_ceil takes one argument of at least 1"),
     ("min()", "min() needs arguments"),
     ("sizeof(rows)", "sizeof(rows): 128 is not a dtype"),
     ("sizeof(bf17)", "sizeof(bf17): 'bf17' is not a dtype"),
@@ -119,8 +124,8 @@ def test_refuses_values_that_are_not_expressions(value):
 @pytest.mark.parametrize(("text", "message"), [
     (text, message) for text, message in REFUSED
     if not any(s in message for s in ("unbound", "not an integer", "division", "not a dtype",
-                                      "64-bit", "exponent", "takes two", "needs arguments",
-                                      "compare a word",
+                                      "64-bit", "exponent", "takes two", "takes one",
+                                      "needs arguments", "compare a word",
                                       "'Call' is not allowed"))])
 def test_names_refuses_the_same_syntax_at_load_time(text, message):
     """What evaluation would refuse whatever the params are, loading refuses already."""

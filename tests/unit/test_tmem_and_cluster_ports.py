@@ -130,6 +130,32 @@ def test_tensor_memory_is_allocated_once(tmp_path):
     assert re.search(r"mma\.mma, store\.store all say uses: \[tmem_alloc\]", text), text
 
 
+def _tile_n(n: int):  # noqa: ANN202
+    """A recipe edit: every instance of the GEMM on n-column tiles."""
+    def edit(r: dict[str, Any]) -> None:
+        for inst in ("sched", "load", "mma", "store"):
+            r["instances"][inst].setdefault("params", {})["tile_n"] = n
+        if n % 3 == 0:      # three store chunks: the staging buffers must divide them
+            r["instances"]["store"]["params"]["buffers"] = 3
+    return edit
+
+
+def test_accumulator_slots_round_up_to_a_power_of_two(tmp_path):
+    # 192-column tiles: two 256-column slots (Tensor Memory is allocated in powers of two).
+    placement = place_kernel(_check(tmp_path, edit_recipe=_tile_n(192)), 1)
+    assert placement.tmem == {"mma.acc": (0, 512)}
+
+
+def test_tmem_buffer_narrower_than_its_tiles_is_refused(tmp_path):
+    def narrow(c: dict[str, Any]) -> None:
+        c["tmem"]["acc"]["columns"] = "acc_stages * tile_n // 2"
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_contract={"umma_mainloop": {"tmem": narrow}})
+    text = e.value.render()
+    assert "holds acc_stages buffers of tile_n columns" in text, text
+    assert "make tmem.acc.columns acc_stages * tile_n" in text, text
+
+
 def test_tmem_port_names_a_tmem_buffer(tmp_path):
     def smem_buffer(c: dict[str, Any]) -> None:
         c["ports"]["acc"]["buffer"] = "nothing_here"
