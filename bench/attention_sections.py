@@ -6,7 +6,8 @@ the cubin is the same bytes), so the outputs must be too: O and LSE, dK and dV b
 bit against the one-section run (dQ's fp32 adds land in another order: close).
 
     python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_block_sparse \
-        attn_causal_d64 attn_causal_deterministic                        # build machine
+        attn_causal_d64 attn_sliding_d64 attn_block_sparse_d64 \
+        attn_causal_deterministic                                        # build machine
     python bench/attention_sections.py --json bench/attention_sections.json     # GPU
     python bench/attention_sections.py --report bench/attention_sections.json
 
@@ -33,7 +34,7 @@ from bench.gemm_swiglu import flushed as flushed_medians  # noqa: E402
 from bench.gemm_swiglu import geomean, interleaved  # noqa: E402
 
 RECIPES = ("attn_causal", "attn_sliding", "attn_block_sparse", "attn_dense", "attn_causal_d64",
-           "attn_causal_deterministic")
+           "attn_sliding_d64", "attn_block_sparse_d64", "attn_causal_deterministic")
 KERNELS = ("forward", "backward")
 BIND = "sched.section"
 # What a section counts, per kernel: (sequence, query head) pairs forward, (sequence,
