@@ -139,13 +139,13 @@ def sweep(folder: Path, recipe: str, shape: tuple[int, int, int, int], rounds: i
     import torch
 
     import pipelink
-    from pipelink.runtime.driver import l2_bytes, sm_count
+    from pipelink.runtime.driver import l2_size, sm_count
     from pipelink.runtime.spec import evaluate
     b, h, s, d = shape
     x = inputs(recipe, b, h, s, d)
     device = torch.cuda.current_device()
     sizes = {"B": b, "H": h, "HKV": x["k"].shape[2], "S": s, "D": d,
-             "num_sms": sm_count(device), "l2_bytes": l2_bytes(device)}
+             "num_sms": sm_count(device), "l2_bytes": l2_size(device)}
     rows = []
     for kernel in KERNELS:
         bind = json.loads((folder / kernel / "kernel.json").read_text())["launch"]["bind"][BIND]

@@ -103,6 +103,6 @@ def sm_count(device: int) -> int:
     return _attribute(device, "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", "SM count")
 
 
-def l2_bytes(device: int) -> int:
+def l2_size(device: int) -> int:
     """The device's L2 cache in bytes."""
     return _attribute(device, "CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE", "L2 size")

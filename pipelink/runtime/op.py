@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import RuntimeLaunchError
 from . import contents, torch_ops
-from .driver import l2_bytes, max_active_clusters, sm_count
+from .driver import l2_size, max_active_clusters, sm_count
 from .kernel import DEFAULT_PTR_ALIGN, Launch, LinkedKernel
 from .spec import LaunchSpec, evaluate
 from .tensors import (
@@ -83,7 +83,7 @@ class Op:
             raise RuntimeLaunchError("the recipe states no host-side launch (launch.inputs)",
                                      where=str(folder),
                                      hint="use LinkedKernel.launch with explicit arguments")
-        self._setup(self._resident_ctas(), l2_bytes(self.kernel.device))
+        self._setup(self._resident_ctas(), l2_size(self.kernel.device))
 
     def _resident_ctas(self) -> int:
         """The CTAs a persistent grid may have, all resident at once (the schedulers
