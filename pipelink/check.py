@@ -24,6 +24,7 @@ from .contract import RING_PORTS, BoundContract, Port
 from .errors import CheckError, ContractError
 from .problem import (
     THREADS_PER_WARP,
+    TMEM_MIN_COLUMNS,
     Buffer,
     NamedBarrier,
     Problem,
@@ -205,6 +206,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
                   for i, sched in enumerate(schedulers))
     _check_trip_counts(recipe, bound, transfers, problems)
     _check_tmem_buffers(bound, problems)
+    _check_tmem_sizes(bound, problems)
     allocator = _tmem_allocator(bound, phases, problems)
     _check_cta_pairs(recipe, bound, problems)
     problems.raise_if_any()
@@ -602,6 +604,24 @@ def _check_tmem_buffers(bound: dict[str, BoundContract], problems: _Problems) ->
                                                 f"{spec['stages']} * {spec['shape'][-1]} (or "
                                                 f"{spec['stages']} equal wider slots) in "
                                                 f"{b.contract.path}")
+
+
+def _check_tmem_sizes(bound: dict[str, BoundContract], problems: _Problems) -> None:
+    """Every Tensor Memory allocation is a power of two of at least 32 columns, for every
+    tunable choice (tcgen05.alloc's rule, and the placer aligns each to its size):
+    refused here rather than when the placer meets it."""
+    for inst, b in bound.items():
+        for name, spec in (b.contract.section("tmem") or {}).items():
+            key = f"tmem.{name}.columns"
+            _, table = b.tabulate(spec["columns"], key)
+            bad = sorted({v for _, v in table if v < TMEM_MIN_COLUMNS or v & (v - 1)})
+            if bad:
+                problems.add(f"instances.{inst}",
+                             f"tensor memory '{inst}.{name}' ({b.name}) is "
+                             f"{', '.join(map(str, bad))} columns: allocations are powers of "
+                             f"two of at least {TMEM_MIN_COLUMNS}",
+                             f"round {key} up in {b.contract.path}, e.g. "
+                             f"pow2_ceil({spec['columns']}), or change the params")
 
 
 def component_cluster(b: BoundContract) -> tuple[int, ...]:

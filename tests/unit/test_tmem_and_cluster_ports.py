@@ -146,6 +146,18 @@ def test_accumulator_slots_round_up_to_a_power_of_two(tmp_path):
     assert placement.tmem == {"mma.acc": (0, 512)}
 
 
+def test_tmem_allocation_not_a_power_of_two_is_refused_by_the_checker(tmp_path):
+    # 2 x 192 columns: the checker refuses it, naming the contract, before any placement.
+    def unrounded(c: dict[str, Any]) -> None:
+        c["tmem"]["acc"]["columns"] = "acc_stages * tile_n"
+    with pytest.raises(CheckError) as e:
+        _check(tmp_path, edit_recipe=_tile_n(192),
+               edit_contract={"umma_mainloop": {"tmem": unrounded}})
+    text = e.value.render()
+    assert "tensor memory 'mma.acc' (umma_mainloop) is 384 columns" in text, text
+    assert "powers of two of at least 32" in text and "pow2_ceil(acc_stages * tile_n)" in text
+
+
 def test_tmem_buffer_narrower_than_its_tiles_is_refused(tmp_path):
     def narrow(c: dict[str, Any]) -> None:
         c["tmem"]["acc"]["columns"] = "acc_stages * tile_n // 2"
