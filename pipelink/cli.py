@@ -6,6 +6,7 @@
     pipelink place recipes/gemm.yaml --arch sm_90a [--json]
     pipelink explain recipes/gemm.yaml --arch sm_90a [--svg out.svg]
     pipelink link recipes/gemm.yaml --arch sm_90a -o build/... [--mode mono]
+    pipelink dispatch recipes/gemm_auto.yaml M=256 N=22016 K=4096 [--num-sms 132]
     pipelink schema [--markdown]
 
 check, place, explain and link take ``--kernel NAME`` (repeatable) for a multi-kernel
@@ -58,7 +59,7 @@ def _folder(path: Path, flag: str) -> Path:
     return path
 
 
-def _workers(text: str) -> int:
+def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -205,6 +206,59 @@ def cmd_link(a: argparse.Namespace) -> int:
     return 0
 
 
+# What `dispatch` assumes of the GPU unless told: an H100 SXM's or H200's (the runtime
+# reads both from the device it runs on).
+DEFAULT_HOST = {"num_sms": 132, "l2_bytes": 50 * 1024 * 1024}
+
+
+def cmd_dispatch(a: argparse.Namespace) -> int:
+    """Which kernel of a dispatching recipe a call of these sizes runs, and why: each
+    entry's conditions with both sides evaluated, in order, as the runtime walks them."""
+    from . import expr
+    from .check import check_dispatch
+    from .recipe import load_recipe
+    from .runtime.spec import condition
+    recipe = load_recipe(a.recipe)
+    entries = check_dispatch(recipe)
+    if entries is None:
+        raise UsageError(f"{a.recipe} has no dispatch: section", where="command line",
+                         hint="dispatch picks among the kernels of a dispatching recipe, "
+                              "e.g. recipes/gemm_auto.yaml")
+    sizes = {**DEFAULT_HOST, **{k: v for k, v in (("num_sms", a.num_sms),
+                                                   ("l2_bytes", a.l2_bytes)) if v},
+             **_sizes(a.sizes)}
+    for entry in entries:
+        results = []
+        for text in entry.get("when", []):
+            left, op, right = expr.comparison(text)
+            missing = sorted((expr.names(left) | expr.names(right)) - set(sizes))
+            if missing:
+                raise UsageError(f"condition {text!r} of kernel '{entry['kernel']}' names "
+                                 f"{', '.join(missing)}", where="command line",
+                                 hint="give " + " ".join(f"{n}=<int>" for n in missing))
+            lhs, rhs = expr.evaluate(left, sizes), expr.evaluate(right, sizes)
+            holds = bool(condition(text, "dispatch")(sizes))   # as the runtime decides
+            results.append(holds)
+            print(f"  {entry['kernel']}: {text}: {lhs} {op} {rhs}, "
+                  f"{'holds' if holds else 'fails'}")
+        if all(results):
+            print(f"{recipe.name} runs {entry['kernel']} for "
+                  + ", ".join(f"{k}={v}" for k, v in sizes.items()))
+            return 0
+    return 0   # unreachable: check_dispatch gives the last entry no conditions
+
+
+def _sizes(pairs: list[str]) -> dict[str, int]:
+    out = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.isidentifier() or not value.lstrip("-").isdigit():
+            raise UsageError(f"{pair!r}: write size=integer", where="command line",
+                             hint="e.g. M=256 N=22016 K=4096")
+        out[key] = int(value)
+    return out
+
+
 def cmd_schema(a: argparse.Namespace) -> int:
     from .schema import CONTRACT_SCHEMA, RECIPE_SCHEMA, markdown_reference
     if a.markdown:
@@ -236,7 +290,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("recipe")
         s.add_argument("--arch", required=True)
         s.add_argument("--build", help="folder for component objects")
-        s.add_argument("--workers", type=_workers, default=1,
+        s.add_argument("--workers", type=_positive, default=1,
                        help="solver threads (>= 1); the placement is the same for any")
         s.add_argument("--kernel", action="append", metavar="NAME",
                        help="a kernel of a multi-kernel recipe (repeatable; default: all)")
@@ -251,6 +305,15 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--phase-clock", action="store_true",
                            help="record when each CTA finishes each phase (op.phase_times())")
         s.set_defaults(func=func)
+    d = sub.add_parser("dispatch", help="which kernel a dispatching recipe runs for sizes")
+    d.add_argument("recipe")
+    d.add_argument("sizes", nargs="*", metavar="SIZE=VALUE",
+                   help="the inputs' sizes, e.g. M=256 N=22016 K=4096")
+    d.add_argument("--num-sms", type=_positive,
+                   help=f"resident CTAs (default {DEFAULT_HOST['num_sms']})")
+    d.add_argument("--l2-bytes", type=_positive,
+                   help=f"the GPU's L2 in bytes (default {DEFAULT_HOST['l2_bytes']})")
+    d.set_defaults(func=cmd_dispatch)
     s = sub.add_parser("schema", help="print the contract and recipe schemas")
     s.add_argument("--markdown", action="store_true")
     s.set_defaults(func=cmd_schema)
