@@ -10,8 +10,8 @@ It links recipes/gemm.yaml for sm_100a with the real pipeline (nvcc, nvJitLink),
 the SASS with the same :func:`reference.instruction_mix` that counted CUTLASS's 1-SM
 128x256x64 kernel (cutlass_reference.json), and writes both per k-tile (the MMA warp's
 loop, the TMA producer's loop) and per tile (the epilogue). The model times the
-GEMM shapes of bench/gemm_swiglu_h200.json (the last H200 run of bench/gemm_swiglu.py)
-on a B200 from its published rates, next to what the same shapes measured on the H200.
+GEMM shapes of bench/gemm_swiglu.json on a B200 from its published rates, next to what
+the same shapes measured on the H200.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-H200_GEMMS = ROOT / "bench" / "gemm_swiglu_h200.json"   # the H200 columns of the model table
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 from reference import instruction_mix  # noqa: E402
@@ -155,7 +154,11 @@ def tail_split(tail: int, sms: int, k_tiles: int) -> tuple[int, int]:
 
 def model_rows() -> list[dict]:
     rows = []
-    for r in json.loads(H200_GEMMS.read_text())["rows"]:
+    data = json.loads((ROOT / "bench" / "gemm_swiglu.json").read_text())
+    if "H200" not in data["gpu"]:   # the table's measured columns are labelled H200
+        raise SystemExit(f"bench/gemm_swiglu.json was measured on {data['gpu']}, not an "
+                         "H200: rerun bench/gemm_swiglu.py on an H200 first")
+    for r in data["rows"]:
         b200 = model_ms(r["M"], r["N"], r["K"])
         rows.append({"M": r["M"], "N": r["N"], "K": r["K"],
                      "h200_linked_ms": r["gemm"]["linked"], "h200_cublas_ms": r["gemm"]["cublas"],
@@ -261,7 +264,7 @@ def report(path: Path) -> None:
               "figures). A k-tile is four M = 128 MMAs at the SM's share of the rate; tiles "
               "run in waves with splitk_scheduler's tail; the epilogue is hidden by the second "
               "TMEM buffer; never below the memory floor. H200 columns are measured (CUDA "
-              f"events, bench/{H200_GEMMS.name}).", "",
+              "events, bench/gemm_swiglu.json).", "",
               f"It is an upper bound on speed: it assumes the tensor core holds the published "
               f"rate (no power or clock throttling) and that L2 serves every re-read operand "
               f"(the floor counts each byte once). The instruction counts say issue is not "
