@@ -136,16 +136,13 @@ def same(kernel: str, got: tuple, want: tuple) -> str | None:
 def sweep(folder: Path, recipe: str, shape: tuple[int, int, int, int], rounds: int,
           scratch: Path) -> list[dict]:
     """Both kernels of one recipe at one shape over the candidates."""
-    import torch
-
     import pipelink
-    from pipelink.runtime.driver import l2_size, sm_count
     from pipelink.runtime.spec import evaluate
     b, h, s, d = shape
     x = inputs(recipe, b, h, s, d)
-    device = torch.cuda.current_device()
-    sizes = {"B": b, "H": h, "HKV": x["k"].shape[2], "S": s, "D": d,
-             "num_sms": sm_count(device), "l2_bytes": l2_size(device)}
+    # The built binds see the host sizes the runtime gives them (num_sms, l2_bytes).
+    host = pipelink.load(folder).forward.host_sizes
+    sizes = {"B": b, "H": h, "HKV": x["k"].shape[2], "S": s, "D": d, **host}
     rows = []
     for kernel in KERNELS:
         bind = json.loads((folder / kernel / "kernel.json").read_text())["launch"]["bind"][BIND]

@@ -32,6 +32,7 @@ from .problem import (
     Sized,
     TmemAlloc,
     Tunable,
+    tmem_allocatable,
 )
 from .recipe import Endpoint, Instance, Recipe
 from .schema import DTYPES
@@ -614,7 +615,7 @@ def _check_tmem_sizes(bound: dict[str, BoundContract], problems: _Problems) -> N
         for name, spec in (b.contract.section("tmem") or {}).items():
             key = f"tmem.{name}.columns"
             _, table = b.tabulate(spec["columns"], key)
-            bad = sorted({v for _, v in table if v < TMEM_MIN_COLUMNS or v & (v - 1)})
+            bad = sorted({v for _, v in table if not tmem_allocatable(v)})
             if bad:
                 problems.add(f"instances.{inst}",
                              f"tensor memory '{inst}.{name}' ({b.name}) is "

@@ -206,25 +206,20 @@ def cmd_link(a: argparse.Namespace) -> int:
     return 0
 
 
-# What `dispatch` assumes of the GPU unless told: an H100 SXM's or H200's (the runtime
-# reads both from the device it runs on).
-DEFAULT_HOST = {"num_sms": 132, "l2_bytes": 50 * 1024 * 1024}
-
-
 def cmd_dispatch(a: argparse.Namespace) -> int:
     """Which kernel of a dispatching recipe a call of these sizes runs, and why: each
     entry's conditions with both sides evaluated, in order, as the runtime walks them."""
     from . import expr
     from .check import check_dispatch
     from .recipe import load_recipe
-    from .runtime.spec import condition
+    from .runtime.spec import H100_HOST_SIZES, condition
     recipe = load_recipe(a.recipe)
     entries = check_dispatch(recipe)
     if entries is None:
         raise UsageError(f"{a.recipe} has no dispatch: section", where="command line",
                          hint="dispatch picks among the kernels of a dispatching recipe, "
                               "e.g. recipes/gemm_auto.yaml")
-    sizes = {**DEFAULT_HOST, **{k: v for k, v in (("num_sms", a.num_sms),
+    sizes = {**H100_HOST_SIZES, **{k: v for k, v in (("num_sms", a.num_sms),
                                                    ("l2_bytes", a.l2_bytes)) if v},
              **_sizes(a.sizes)}
     for entry in entries:
@@ -310,9 +305,9 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("sizes", nargs="*", metavar="SIZE=VALUE",
                    help="the inputs' sizes, e.g. M=256 N=22016 K=4096")
     d.add_argument("--num-sms", type=_positive,
-                   help=f"resident CTAs (default {DEFAULT_HOST['num_sms']})")
+                   help="resident CTAs (default: an H100's or H200's, 132)")
     d.add_argument("--l2-bytes", type=_positive,
-                   help=f"the GPU's L2 in bytes (default {DEFAULT_HOST['l2_bytes']})")
+                   help="the GPU's L2 in bytes (default: an H100's or H200's, 50 MiB)")
     d.set_defaults(func=cmd_dispatch)
     s = sub.add_parser("schema", help="print the contract and recipe schemas")
     s.add_argument("--markdown", action="store_true")

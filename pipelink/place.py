@@ -49,6 +49,7 @@ from .problem import (
     RoleSlot,
     Sized,
     Tunable,
+    tmem_allocatable,
 )
 
 # Solver budgets in deterministic seconds: work the solver counts, the same on any machine.
@@ -413,7 +414,7 @@ def _check_tmem(problem: Problem, limits: dict[str, int],
                                   (f"tmem:{t.name}",), where=t.source or None,
                                   hint="build this component for sm_100a only")
         for _, v in t.columns.table:
-            if v < TMEM_MIN_COLUMNS or v & (v - 1):
+            if not tmem_allocatable(v):
                 raise PlacementError(f"tensor memory {t.name}: {v} columns; allocations are "
                                      f"powers of two of at least {TMEM_MIN_COLUMNS}",
                                      where=t.source or None)

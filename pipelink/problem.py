@@ -32,6 +32,11 @@ SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
 TMEM_MIN_COLUMNS = 32
 
 
+def tmem_allocatable(columns: int) -> bool:
+    """tcgen05.alloc takes a power of two of at least TMEM_MIN_COLUMNS columns."""
+    return columns >= TMEM_MIN_COLUMNS and columns & (columns - 1) == 0
+
+
 @dataclass(frozen=True)
 class Sized:
     """An integer that may depend on tunables: ``table`` maps each combination of the

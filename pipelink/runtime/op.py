@@ -30,7 +30,7 @@ from ..errors import RuntimeLaunchError
 from . import contents, torch_ops
 from .driver import l2_size, max_active_clusters, sm_count
 from .kernel import DEFAULT_PTR_ALIGN, Launch, LinkedKernel
-from .spec import LaunchSpec, evaluate
+from .spec import H100_HOST_SIZES, LaunchSpec, evaluate
 from .tensors import (
     TMA_ALIGN,
     TensorInfo,
@@ -40,9 +40,6 @@ from .tensors import (
     spans_overlap,
     tensor_info,
 )
-
-# from_meta's L2 where no driver is asked (tools and tests): an H100's or H200's.
-H100_L2_BYTES = 50 * 1024 * 1024
 
 
 @dataclass
@@ -100,7 +97,7 @@ class Op:
 
     @classmethod
     def from_meta(cls, meta: dict[str, Any], num_sms: int,
-                  l2_bytes: int = H100_L2_BYTES) -> Op:
+                  l2_bytes: int = H100_HOST_SIZES["l2_bytes"]) -> Op:
         """The op's checks, shapes and torch registration from kernel.json alone, with no
         driver (for tools and tests; it cannot launch)."""
         op = object.__new__(cls)
