@@ -27,7 +27,7 @@ using Element = Params::dtype;
 
 constexpr uint32_t kTileN = Params::tile_n;                   // keys per record: TMEM lanes
 constexpr uint32_t kTileQ = Params::tile_q;                   // queries per step
-constexpr uint32_t kHeadDim = Params::head_dim;               // dQ^T's rows: TMEM lanes
+constexpr uint32_t kHeadDim = Params::head_dim;               // dQ^T's rows: MMA M
 constexpr uint32_t kHeadSteps = kHeadDim / pl::tcgen05::kK;   // K steps of S^T and dP^T
 constexpr uint32_t kQuerySteps = kTileQ / pl::tcgen05::kK;    // of dV and dK
 constexpr uint32_t kKeySteps = kTileN / pl::tcgen05::kK;      // of dQ^T
@@ -55,8 +55,8 @@ constexpr uint32_t kIdescQueryGrads = pl::tcgen05::idesc_bf16_f32<kHeadDim, kTil
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
 static_assert(kTileN == pl::tcgen05::kFullM,
               "key row r is Tensor Memory lane r of an M = 128 MMA: tile_n = 128");
-static_assert(kHeadDim == pl::tcgen05::kFullM,
-              "dQ^T = K^T dS^T puts a head dim in each of the 128 lanes: head_dim = 128");
+static_assert(kHeadDim == pl::tcgen05::kFullM || kHeadDim == pl::tcgen05::kM,
+              "dQ^T = K^T dS^T is an M = head_dim MMA: head_dim = 64 or 128");
 static_assert(kTileQ * sizeof(Element) == pl::epi::kSwizzleRowBytes,
               "a key's dS^T is one 128-byte swizzled row of dQ's operand: tile_q = 64");
 static_assert(kTileQ == pl::epi::kTmemLoadColumns, "a step's S^T row is one 64-column load");
@@ -312,10 +312,11 @@ __device__ __forceinline__ uint32_t my_turn(const pl::KernelInfo& k, const pl::W
 
 // This thread's head dim of dQ^T (the step's queries) added to the fp32 accumulator
 // [rows, heads, head_dim], half a row of dQ^T at a time from Tensor Memory; queries past
-// the sequence are not added. A warp's 32 threads add 32 adjacent floats of one query
-// row at a time; one pointer walks the rows (a query's row is `heads * head_dim`
-// floats after the last's).
-__device__ __forceinline__ void add_query_grads(uint32_t dq_row, float* dq_column,
+// the sequence are not added. A warp's threads add adjacent floats of one query row at a
+// time (32 of them; at head dim 64, an M = 64 dQ^T, the 16 that hold a row: `held`);
+// one pointer walks the rows (a query's row is `heads * head_dim` floats after the
+// last's). Every thread loads: tcgen05.ld is warp-wide.
+__device__ __forceinline__ void add_query_grads(uint32_t dq_row, float* dq_column, bool held,
                                                 uint32_t heads, StepTile t) {
   const size_t stride = size_t(heads) * kHeadDim;
   float* at = dq_column + size_t(t.q_first) * stride;
@@ -328,7 +329,7 @@ __device__ __forceinline__ void add_query_grads(uint32_t dq_row, float* dq_colum
 #pragma unroll
     for (uint32_t j = 0; j < kHalfRow; ++j) {
       if (int32_t(half * kHalfRow + j) >= count) return;
-      asm volatile("red.global.add.f32 [%0], %1;" :: "l"(at), "f"(dq[j]) : "memory");
+      if (held) asm volatile("red.global.add.f32 [%0], %1;" :: "l"(at), "f"(dq[j]) : "memory");
       at += stride;
     }
   }
@@ -341,7 +342,8 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
                                                       const pl::KernelInfo& k,
                                                       const pl::WorkTile& tile,
                                                       pl_state_attn_bwd_umma_core_grad& st) {
-  const uint32_t row = pl::thread_in_role(at.role.grad);   // key row; dQ^T's head dim
+  const uint32_t row = pl::thread_in_role(at.role.grad);   // key row
+  const pl::tcgen05::AccumulatorRow<kHeadDim> dq_dim{row};   // dQ^T's head dim, if any
   const uint32_t lanes = pl::tcgen05::subpartition_lanes(k.tmem_base,
                                                          pl::warp_in_role(at.role.grad));
   const int32_t len = tile.m_end - tile.m_offset;
@@ -381,18 +383,18 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
     st.dq.advance(pl::OwnRing{kOneStage});
     pl::tcgen05::fence_after_thread_sync();
     float* dq_column = args.dq_accum + size_t(tile.m_offset) * args.heads * kHeadDim +
-                       size_t(qs.head) * kHeadDim + row;
+                       size_t(qs.head) * kHeadDim + dq_dim.row;
     // Deterministic turns count the key tiles the mask's kv_range gives a query tile;
     // mapped slots (a BlockMask's) skip tiles, so there the sums go in any order.
     if (pl_attn_bwd_umma_core_q_tiles_contiguous(k) && args.deterministic != 0) {
       uint32_t* turn = pl::attn::dq_turn<kTileQ>(args.dq_turns, args.turns_per_head, tile, qs);
       if (row == 0) pl::counter_wait(turn, my_turn(k, tile, t));
       pl::named_sync(at.bar.turn, kTileN);
-      add_query_grads(lanes + at.tmem.dq, dq_column, args.heads, t);
+      add_query_grads(lanes + at.tmem.dq, dq_column, dq_dim.held, args.heads, t);
       pl::named_sync(at.bar.turn, kTileN);
       if (row == 0) pl::counter_release(turn);
     } else {
-      add_query_grads(lanes + at.tmem.dq, dq_column, args.heads, t);
+      add_query_grads(lanes + at.tmem.dq, dq_column, dq_dim.held, args.heads, t);
     }
     slot = walk.next(slot);
   }

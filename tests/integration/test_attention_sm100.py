@@ -2,8 +2,9 @@
 needed: the attention recipes pick attn_fwd_umma_core (an MMA warp and a softmax
 warpgroup meeting in Tensor Memory) and attn_row_store_epilogue for sm_100a and keep
 the wgmma core for sm_90a (attn_document's bounded store: grouped_row_store_epilogue);
-at head dim 128 their backward kernels build for sm_100a too (attn_bwd_umma_core, dK's
-and dV's epilogues in one warpgroup), the others for sm_90a only. Linked, the
+their backward kernels build for sm_100a too, at head dims 64 and 128
+(attn_bwd_umma_core, dK's and dV's epilogues in one warpgroup; for documents the bounded
+tmem_grouped_store_epilogue). Linked, the
 kernel issues S = Q K^T from shared memory and P V with P read from Tensor Memory, moves
 S, P and O between Tensor Memory and registers, stays out of local memory, is the
 monolithic build's instruction for instruction, and the core's object is one file for
@@ -61,44 +62,49 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
         {n: i.component for n, i in blackwell.items() if n not in ("core", "store")}
 
 
-# Backward kernels built for sm_100a (attn_bwd_umma_core: head dim 128) and those built
-# for sm_90a only.
-BACKWARD_BOTH = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_sliding",
-                 "attn_block_sparse", "attn_softcap", "attn_alibi")
-BACKWARD_HOPPER = ("attn_document", "attn_causal_d64", "attn_dense_d64",
-                   "attn_sliding_d64", "attn_causal_d64_deterministic", "attn_document_d64",
-                   "attn_block_sparse_d64")
+# Every attention recipe with a backward builds it for sm_100a too (attn_bwd_umma_core
+# at head dims 64 and 128) -> its dK and dV stores on sm_90a and on sm_100a.
+GRAD_STORES = {name: ("attn_store_epilogue", "attn_tmem_store_epilogue")
+               for name in ("attn_causal", "attn_causal_deterministic", "attn_dense",
+                            "attn_sliding", "attn_block_sparse", "attn_softcap", "attn_alibi",
+                            "attn_causal_d64", "attn_dense_d64", "attn_sliding_d64",
+                            "attn_causal_d64_deterministic", "attn_block_sparse_d64")}
+for _name in ("attn_document", "attn_document_d64", "attn_document_ids"):
+    GRAD_STORES[_name] = ("grouped_store_epilogue", "tmem_grouped_store_epilogue")
 
 
-@pytest.mark.parametrize("name", BACKWARD_BOTH)
+@pytest.mark.parametrize("name", sorted(GRAD_STORES))
 def test_backward_picks_the_tcgen05_core_on_sm100(name):
-    backward = load_recipe(ROOT / "recipes" / f"{name}.yaml").select(["backward"])["backward"]
+    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
+    backward = recipe.select(["backward"])["backward"]
     assert backward.archs == ("sm_90a", "sm_100a")
+    assert list(recipe.select(None, ARCH)) == ["forward", "backward"]
+    assert recipe.elsewhere(ARCH) == {}
     hopper, blackwell = backward.instances("sm_90a"), backward.instances(ARCH)
     assert (hopper["core"].component, blackwell["core"].component) == ("attn_bwd_core",
                                                                        "attn_bwd_umma_core")
+    assert hopper["core"].params == blackwell["core"].params
     for store in ("dk_store", "dv_store"):
-        assert (hopper[store].component, blackwell[store].component) == (
-            "attn_store_epilogue", "attn_tmem_store_epilogue")
-
-
-@pytest.mark.parametrize("name", BACKWARD_HOPPER)
-def test_other_backwards_build_for_hopper_only(name):
-    recipe = load_recipe(ROOT / "recipes" / f"{name}.yaml")
-    assert recipe.kernels()["backward"].archs == ("sm_90a",)
-    assert list(recipe.select(None, ARCH)) == ["forward"]
-    assert recipe.elsewhere(ARCH) == {"backward": ("sm_90a",)}
+        assert (hopper[store].component, blackwell[store].component) == GRAD_STORES[name]
+    # dV's store runs in dK's warpgroup: a warpgroup each would leave the MMA warp and
+    # the gradient warpgroup too few registers.
+    assert blackwell["dv_store"].lane == "dk_store"
 
 
 def test_documents_store_within_each_document_on_both_archs():
-    """attn_document's own per_arch choice of store replaces attn_causal's whole; its
-    backward (sm_90a) keeps the wgmma-layout bounded store for dK and dV."""
+    """attn_document's own per_arch choice of store replaces attn_causal's whole, forward
+    and backward: O, dK and dV stop at each document's last row on both archs."""
     recipe = load_recipe(ROOT / "recipes" / "attn_document.yaml")
     assert recipe.archs == ("sm_90a", "sm_100a")
     backward = recipe.select(["backward"])["backward"]
-    assert backward.archs == ("sm_90a",)
-    stores = {i.component for n, i in backward.instances("sm_90a").items() if "store" in n}
-    assert stores == {"grouped_store_epilogue"}
+    assert backward.archs == ("sm_90a", "sm_100a")
+    for arch, store in (("sm_90a", "grouped_store_epilogue"),
+                        (ARCH, "tmem_grouped_store_epilogue")):
+        stores = {i.component for n, i in backward.instances(arch).items() if "store" in n}
+        assert stores == {store}
+        # The core's one dK and one dV buffer.
+        assert all(i.params.get("acc_stages", 1) == 1
+                   for n, i in backward.instances(arch).items() if "store" in n)
 
 
 # -- built, linked, disassembled -----------------------------------------------------------
@@ -179,28 +185,35 @@ def test_the_core_object_is_shared_by_every_mask(object_dir):
 
 
 @needs_nvcc
-def test_check_says_where_backpropagation_is_refused(object_dir, capsys):
-    """`pipelink check` on sm_100a checks attn_causal_d64's forward only and says that
-    its backward is built for sm_90a; asking for the backward there is refused, naming
-    its archs."""
+def test_check_says_where_backpropagation_is_refused(object_dir, tmp_path, monkeypatch,
+                                                     capsys):
+    """A recipe that builds its backward for sm_90a only (every attention recipe here
+    builds both; this one is attn_causal so written): `pipelink check` on sm_100a checks
+    its forward only and says that its backward is built for sm_90a; asking for the
+    backward there is refused, naming its archs."""
     from pipelink import cli
-    recipe = str(ROOT / "recipes" / "attn_causal_d64.yaml")
-    assert cli.main(["check", recipe, "--arch", ARCH, "--build", str(object_dir)]) == 0
+    shutil.copy(ROOT / "recipes" / "attn_causal.yaml", tmp_path)
+    recipe = tmp_path / "attn_causal_hopper_grads.yaml"
+    recipe.write_text("recipe: attn_causal_hopper_grads\nextends: attn_causal\n"
+                      "kernels:\n  backward:\n    arch: [sm_90a]\n")
+    monkeypatch.chdir(ROOT)                  # the components pipelink check indexes
+    assert cli.main(["check", str(recipe), "--arch", ARCH, "--build", str(object_dir)]) == 0
     out = capsys.readouterr().out
-    assert [line.split(" ")[0] for line in out.splitlines()] == ["attn_causal_d64/forward",
-                                                                  "attn_causal_d64"]
+    assert [line.split(" ")[0] for line in out.splitlines()] == [
+        "attn_causal_hopper_grads/forward", "attn_causal_hopper_grads"]
     assert "backward is built for sm_90a only: backpropagation is refused on sm_100a" in out
-    assert cli.main(["check", recipe, "--arch", ARCH, "--build", str(object_dir),
+    assert cli.main(["check", str(recipe), "--arch", ARCH, "--build", str(object_dir),
                      "--kernel", "backward"]) == 2
     err = capsys.readouterr().err
-    assert "kernel 'backward' of recipe 'attn_causal_d64' is not built for sm_100a" in err
+    assert "kernel 'backward' of recipe 'attn_causal_hopper_grads' is not built for " \
+        "sm_100a" in err
     assert "it builds for sm_90a" in err and "Traceback" not in err
 
 
 # -- the backward, linked ----------------------------------------------------------------
 
 TILE_Q = 64                     # attn_bwd_umma_core's queries per step
-BWD_HEAD_DIM = 128
+BWD_HEAD_DIMS = {"attn_causal": 128, "attn_causal_d64": 64}
 
 
 def _idesc_bwd(m: int, n: int, mn_major_a: bool, mn_major_b: bool) -> int:
@@ -210,24 +223,29 @@ def _idesc_bwd(m: int, n: int, mn_major_a: bool, mn_major_b: bool) -> int:
 
 
 @pytest.fixture(scope="module")
-def backward(link_repo_kernel) -> dict[str, object]:  # noqa: ANN001
-    """mode -> attn_causal's backward LinkResult for sm_100a."""
+def backward(link_repo_kernel) -> dict[tuple[str, str], object]:  # noqa: ANN001
+    """(recipe, mode) -> the backward's LinkResult for sm_100a, at head dims 128 and 64."""
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc")
-    return {mode: link_repo_kernel("attn_causal", ARCH, mode, "backward")
-            for mode in ("linked", "mono")}
+    return {(name, mode): link_repo_kernel(name, ARCH, mode, "backward")
+            for name in BWD_HEAD_DIMS for mode in ("linked", "mono")}
 
 
 @needs_nvcc
-def test_backward_tensor_memory_and_lanes(backward):
+@pytest.mark.parametrize("name", sorted(BWD_HEAD_DIMS))
+def test_backward_tensor_memory_and_lanes(backward, name):
     """S^T, dP^T, P^T, dS^T and dQ^T (one step each) beside dK and dV (the record's),
-    all 512 columns; dK and dV go to their epilogues through Tensor Memory."""
-    result = backward["linked"]
+    within the 512 columns (all of them at head dim 128); dK and dV go to their
+    epilogues through Tensor Memory."""
+    result = backward[(name, "linked")]
+    head_dim = BWD_HEAD_DIMS[name]
     tmem = {k: v[1] for k, v in result.placement.tmem.items()}
     assert tmem == {"core.s": TILE_Q, "core.dp": TILE_Q, "core.p": TILE_Q // 2,
-                    "core.ds": TILE_Q // 2, "core.dq": TILE_Q, "core.dk": BWD_HEAD_DIM,
-                    "core.dv": BWD_HEAD_DIM}
-    assert sum(tmem.values()) == 512
+                    "core.ds": TILE_Q // 2, "core.dq": TILE_Q, "core.dk": head_dim,
+                    "core.dv": head_dim}
+    spans = sorted((col, col + n) for col, n in result.placement.tmem.values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+    assert spans[-1][1] <= 512
     transfers = {(t.kind, str(t.src), str(t.dst)) for t in result.kernel.transfers}
     assert {("zero_copy", "core.dk", "dk_store.acc"),
             ("zero_copy", "core.dv", "dv_store.acc")} <= transfers
@@ -251,8 +269,12 @@ def test_backwards_that_need_the_registers_link_without_spills(link_repo_kernel,
 
 
 @needs_nvcc
-def test_backward_sass_runs_every_gemm_on_tcgen05(backward):
-    result = backward["linked"]
+@pytest.mark.parametrize("name", sorted(BWD_HEAD_DIMS))
+def test_backward_sass_runs_every_gemm_on_tcgen05(backward, name):
+    """dQ^T = K^T dS^T is an M = head_dim MMA: at head dim 64 an M = 64 one, whose rows
+    sit in lanes 0-15 of each sub-partition (the core reads them so)."""
+    result = backward[(name, "linked")]
+    head_dim = BWD_HEAD_DIMS[name]
     ops = sass_instructions(result.cubin)
     assert not [op for op in ops if "GMMA" in op or op.startswith("WARPGROUP")]
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
@@ -260,10 +282,29 @@ def test_backward_sass_runs_every_gemm_on_tcgen05(backward):
     # S^T and dP^T (head_dim / 16 each) and dQ^T (tile_n / 16) from shared memory; dV and
     # dK (tile_q / 16 each) with P^T and dS^T from Tensor Memory.
     assert len(re.findall(r"UTCHMMA gdesc\[UR\d+\], gdesc\[", text)) == \
-        2 * (BWD_HEAD_DIM // MMA_K) + TILE_N // MMA_K
+        2 * (head_dim // MMA_K) + TILE_N // MMA_K
     assert len(re.findall(r"UTCHMMA tmem\[UR\d+\], gdesc\[", text)) == 2 * (TILE_Q // MMA_K)
-    for m, n, a, b in ((TILE_N, TILE_Q, False, False), (TILE_N, BWD_HEAD_DIM, False, True),
-                       (BWD_HEAD_DIM, TILE_Q, True, True)):
+    for m, n, a, b in ((TILE_N, TILE_Q, False, False), (TILE_N, head_dim, False, True),
+                       (head_dim, TILE_Q, True, True)):
         idesc = _idesc_bwd(m, n, a, b)
         assert re.search(rf"\bUMOV UR\d+, {idesc:#x} ;", text), f"idesc {idesc:#x} not found"
-    assert sass_instructions(backward["mono"].cubin) == ops
+    assert sass_instructions(backward[(name, "mono")].cubin) == ops
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["attn_document", "attn_document_d64"])
+def test_document_backward_stores_grads_within_each_document(link_repo_kernel, name):
+    """Documents end anywhere, so dK and dV leave Tensor Memory through the bounded
+    store (16-byte global stores below the record's m_end), not a TMA box: the linked
+    backward issues no TMA store, hands dK and dV over in Tensor Memory to one
+    warpgroup, stays out of local memory and is the monolithic build's SASS."""
+    linked, mono = (link_repo_kernel(name, ARCH, mode, "backward") for mode in ("linked", "mono"))
+    transfers = {(t.kind, str(t.src), str(t.dst)) for t in linked.kernel.transfers}
+    assert {("zero_copy", "core.dk", "dk_store.acc"),
+            ("zero_copy", "core.dv", "dv_store.acc")} <= transfers
+    assert "dk_store.store+dv_store.store" in {lane.name for lane in linked.kernel.lanes}
+    ops = sass_instructions(linked.cubin)
+    assert not [op for op in ops if op.startswith("UTMASTG")]
+    assert any(op.startswith("STG.E.128") for op in ops)
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
+    assert ops == sass_instructions(mono.cubin)

@@ -356,6 +356,24 @@ __device__ __forceinline__ uint32_t subpartition_lanes(uint32_t base, uint32_t w
   return tmem_addr(base, (warp % kSubpartitions) * kSubpartitionLanes, 0);
 }
 
+// The row of an M-row cta_group::1 accumulator that thread `thread` of a warpgroup reads
+// with tcgen05.ld.32x32b (lane thread % 32 of warp thread / 32's sub-partition), and
+// whether it reads one. M = 128: row r is lane r. M = 64 (PTX ISA, data-path layout F):
+// lanes 0-15 of each sub-partition hold 16 rows, warp w's rows 16 w .. 16 w + 15, and
+// lanes 16-31 hold none.
+template <uint32_t M>
+struct AccumulatorRow {
+  static_assert(M == kM || M == kFullM, "cta_group::1 accumulators have 64 or 128 rows");
+  static constexpr uint32_t kRowsPerSubpartition = M / kSubpartitions;
+
+  uint32_t row;
+  bool held;
+
+  __device__ __forceinline__ explicit AccumulatorRow(uint32_t thread)
+      : row(thread / kSubpartitionLanes * kRowsPerSubpartition + thread % kSubpartitionLanes),
+        held(thread % kSubpartitionLanes < kRowsPerSubpartition) {}
+};
+
 #undef PL_TCGEN05_LD_X64
 #undef PL_TCGEN05_D8
 #undef PL_TCGEN05_S8
