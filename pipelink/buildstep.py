@@ -4,15 +4,23 @@ The steps live in :mod:`pipelink.sconsrun`; this module only imports it inside a
 ``try``, so that Ctrl-C while Python is still loading the steps' modules (the placer,
 the schema, the toolchain) ends the step with one line and status 130, as it does once
 the step runs, never with a traceback.
+
+Earlier still, while the interpreter itself starts, a Ctrl-C would make CPython die
+with "Fatal Python error" and a traceback of its own. The SCons tool starts each step
+with SIGINT blocked (the mask survives exec), so such a Ctrl-C waits, pending, until
+main() unblocks it inside the ``try``.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         from .sconsrun import main as run
     except KeyboardInterrupt:
         print("pipelink: interrupted", file=sys.stderr)

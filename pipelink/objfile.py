@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import interrupts
 from .contract import BoundContract, canonical_json, contract_from_data, sha256_text
 from .errors import ObjectFormatError
 
@@ -141,8 +142,10 @@ def write_atomic(path: Path | str, data: bytes | str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp: str | None = None
     try:
+        with interrupts.held():      # no Ctrl-C between making it and knowing its name
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would hide outputs from a team
@@ -150,5 +153,6 @@ def write_atomic(path: Path | str, data: bytes | str) -> None:
             f.write(raw)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise

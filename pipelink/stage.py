@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import interrupts
 from .errors import ToolchainError
 from .objfile import write_atomic
 
@@ -106,12 +107,15 @@ def temp_dir(root: Path, prefix: str) -> Iterator[Path]:
     """A temporary folder under ``root``, removed however the block ends (an exception,
     Ctrl-C or SIGTERM turned into SystemExit); one a SIGKILL leaves is reaped later."""
     prepare_root(root)
-    path = Path(tempfile.mkdtemp(dir=root,
-                                 prefix=f"{prefix}{socket.gethostname()}-{os.getpid()}-"))
+    path: Path | None = None
     try:
+        with interrupts.held():      # no Ctrl-C between making it and knowing its name
+            path = Path(tempfile.mkdtemp(
+                dir=root, prefix=f"{prefix}{socket.gethostname()}-{os.getpid()}-"))
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

@@ -45,6 +45,7 @@ import atexit
 import importlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -466,6 +467,25 @@ def _exit_130_if_interrupted() -> None:
         os._exit(130)
 
 
+def _spawn_with_sigint_held(spawn: Callable[..., int]) -> Callable[..., int]:
+    """SCons's spawn, the step starting with SIGINT blocked (a child inherits its
+    thread's signal mask across fork and exec): a Ctrl-C that lands while the step's
+    interpreter starts stays pending until pipelink.buildstep unblocks it and ends the
+    step with one line, instead of CPython dying mid-start with "Fatal Python error"
+    and a traceback. The mask is this thread's only, for the step's run: SCons's own
+    SIGINT handler runs in the main thread, which a -j job thread leaves unblocked, and
+    under -j1 it runs as soon as the (interrupted) step returns."""
+    def held(sh: str, escape: Callable[[str], str], cmd: str, args: list[str],
+             env: dict[str, str]) -> int:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return spawn(sh, escape, cmd, args, env)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    held.pipelink_held = True   # once per environment, however often the tool loads
+    return held
+
+
 # -- the tool -------------------------------------------------------------------------------
 
 def generate(env: Env) -> None:
@@ -502,6 +522,10 @@ def generate(env: Env) -> None:
     env["ENV"]["PYTHONPATH"] = os.pathsep.join(
         [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     env["ENV"]["PIPELINK_STAGE"] = lib.stage_root()
+    spawn = env.get("SPAWN")
+    if callable(spawn) and hasattr(signal, "pthread_sigmask") \
+            and not getattr(spawn, "pipelink_held", False):
+        env["SPAWN"] = _spawn_with_sigint_held(spawn)
     env["BUILDERS"]["PipeLinkHeader"] = SCons.Builder.Builder(
         action=SCons.Action.Action(_write_header, "$PIPELINK_HEADERCOMSTR"))
     env["BUILDERS"]["PipeLinkObject"] = SCons.Builder.Builder(

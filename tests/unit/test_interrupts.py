@@ -1,0 +1,67 @@
+"""Ctrl-C at the worst moments: between making a temporary and entering the block that
+removes it (pipelink.interrupts.held), and while a build step's interpreter is still
+starting (the SCons tool starts steps with SIGINT blocked; pipelink.buildstep unblocks
+it inside its handler, so a held Ctrl-C ends the step with one line and status 130)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelink import interrupts
+from pipelink.objfile import write_atomic
+from pipelink.stage import temp_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_signal_inside_held_is_raised_once_it_ends():
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.held():
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append("after the signal")
+        reached.append("after the block")
+    assert reached == ["after the signal"]
+
+
+@pytest.mark.parametrize("make", ["folder", "file"])
+def test_a_ctrl_c_as_the_temporary_is_made_leaves_nothing(tmp_path, monkeypatch, make):
+    """The signal lands inside mkdtemp/mkstemp, after the temporary exists: it is raised
+    once the cleanup knows the name, and the temporary goes."""
+    import tempfile
+    real = {"folder": tempfile.mkdtemp, "file": tempfile.mkstemp}[make]
+
+    def interrupted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        made = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+    monkeypatch.setattr(tempfile, "mkdtemp" if make == "folder" else "mkstemp", interrupted)
+    root = tmp_path / "root"
+    with pytest.raises(KeyboardInterrupt):
+        if make == "folder":
+            with temp_dir(root, ".out-"):
+                pass
+        else:
+            root.mkdir()
+            write_atomic(root / "out.bin", b"data")
+    assert list(root.iterdir()) == []
+
+
+def test_a_step_started_with_a_held_ctrl_c_ends_with_one_line():
+    code = ("import os, signal, sys\n"
+            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "from pipelink import buildstep\n"
+            "sys.exit(buildstep.main(['--help']))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "pipelink: interrupted\n"
+    assert "Traceback" not in proc.stdout + proc.stderr
