@@ -14,7 +14,8 @@ once the cleanup is in place::
 
 Python runs signal handlers in the main thread only, so that is the thread it defers
 them in (whatever thread the kernel delivered them to); in other threads no signal
-handler runs, and nothing needs holding.
+handler runs, and nothing needs holding. A signal whose handler was not set from
+Python (signal.getsignal says None) is left alone: it could not be put back.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def held() -> Iterator[None]:
     def defer(signum: int, frame: Any) -> None:
         landed.append(signum)
 
-    previous = {s: signal.signal(s, defer) for s in HELD}
+    previous = {s: signal.signal(s, defer) for s in HELD if signal.getsignal(s) is not None}
     try:
         yield
     finally:
