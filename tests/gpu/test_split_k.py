@@ -26,9 +26,11 @@ SPLIT_SHAPES = [
     (100, 200, 64),        # one tile of one k-tile: never split
     (2048, 22016, 4096),   # 1376 tiles: 9 whole waves, then 188 tiles streamed
     (512, 28672, 4096),    # stream-K: lanes of 4 CTAs (one per tile row), 33 lanes
+    (200, 22016, 4096),    # gemm_auto's `even`: 2 x 115 tiles of 128 x 192, both edges ragged
 ]
-# gemm_auto runs its `short` kernel (128 x 128 stream-K) up to M = 128 and `mid` (128 x 256
-# stream-K, lockstep rows) up to M = 512
+# gemm_auto runs `even` (128 x 192 data-parallel) up to M = 512 where its waves come out
+# nearly whole, else its `short` kernel (128 x 128 stream-K) up to M = 128 and `mid`
+# (128 x 256 stream-K, lockstep rows) up to M = 512
 GEMMS = ["gemm", "gemm_streamk", "gemm_auto"]
 SWIGLUS = ["gemm_swiglu", "gemm_swiglu_streamk"]
 
@@ -57,20 +59,38 @@ def test_split_tiles_match_pytorch_and_repeat_bitwise(build_dir, recipe, mode, m
         assert torch.equal(again, first), "split-K pieces added up in a different order"
 
 
-def test_gemm_auto_dispatches_on_m(build_dir):
-    """Each call runs the kernel its M selects, and the choice is made per call."""
+def even_waves(m: int, n: int, sms: int) -> bool:
+    """gemm_auto's rule for `even`: whole waves of 128 x 192 tiles (3/4 of a 128 x 256
+    tile's time each) under stream-K's share of 128 x 256 tiles plus a quarter tile."""
+    rows = -(-m // 128)
+    waves = -(-rows * -(-n // 192) // sms)
+    return m <= 512 and 3 * sms * waves < 4 * rows * -(-n // 256) + sms
+
+
+def test_gemm_auto_dispatches_on_m_and_n(build_dir):
+    """Each call runs the kernel its M and N select, and the choice is made per call."""
     import torch
 
     import pipelink
     ks = pipelink.load(build_dir / "sm_90a" / "gemm_auto")
+    sms = ks["even"].host_sizes["num_sms"]
     compiled = torch.compile(lambda x, w: ks(x, w), fullgraph=True, dynamic=True)
-    for m, kernel in ((1, "short"), (128, "short"), (129, "mid"), (512, "mid"), (513, "tall"),
-                      (4096, "tall")):
-        x, w = operands(m, 384, 256, seed=m)
-        assert ks.choose(x, w) is ks[kernel], f"M={m} should run {kernel}"
+    cases = [(1, 384, "short"), (128, 384, "short"), (129, 384, "mid"), (512, 384, "mid"),
+             (513, 384, "tall"), (4096, 384, "tall"), (128, 22016, "short"),
+             (256, 22016, "mid"), (256, 28672, "mid"), (512, 37888, "mid"),
+             (640, 37888, "tall")]
+    for m, n, kernel in cases:
+        if even_waves(m, n, sms):
+            kernel = "even"
+        x, w = operands(m, n, 256, seed=m)
+        assert ks.choose(x, w) is ks[kernel], f"M={m} N={n} should run {kernel}"
         want = x.float() @ w.float().t()
         torch.testing.assert_close(ks(x, w).float(), want, atol=ATOL, rtol=RTOL)
         torch.testing.assert_close(compiled(x, w).float(), want, atol=ATOL, rtol=RTOL)
+    if sms == 132:      # an H100 SXM or H200: the shapes the rule was fitted on
+        assert [even_waves(m, n, sms) for m, n in ((128, 22016), (256, 22016), (256, 37888),
+                                                   (512, 37888), (512, 22016), (256, 28672))
+                ] == [True, True, True, True, False, False]
 
 
 @pytest.mark.parametrize("recipe", SWIGLUS)

@@ -5,6 +5,7 @@ graph break (checked here on meta tensors, without a GPU)."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ import torch
 from pipelink.errors import RuntimeLaunchError
 from pipelink.runtime import Op
 from pipelink.runtime.torch_ops import op_name, schema
+
+ROOT = Path(__file__).resolve().parents[2]
 
 META = {
     "recipe": "swiglu_demo", "kernel": None, "entry": "pl_demo", "block": [384, 1, 1],
@@ -177,26 +180,32 @@ def test_a_dispatching_set_runs_the_kernel_its_sizes_select():
         ks(vector, b)
 
 
-@pytest.mark.parametrize("sms,l2,want", [(132, 50 * 2**20, "whole"), (148, 50 * 2**20, "rest"),
-                                        (132, 32 * 2**20, "rest")])
-def test_dispatch_conditions_read_the_gpus_sizes(sms, l2, want):
-    """Conditions may name num_sms and l2_bytes: the choice follows the GPU. Here 132
-    tiles of 128 x 128 (one whole wave on 132 SMs, not on 148) and a 34.6 MB B (within
-    a 50 MiB L2, not a 32 MiB one)."""
+@pytest.mark.parametrize("sms,evens", [
+    # An H100 SXM or H200: the shapes gemm_auto's rule was fitted on.
+    (132, {(128, 22016), (256, 22016), (256, 37888), (512, 37888)}),
+    # 148 SMs (a B200): 230 or 396 tiles of 128 x 192 no longer make whole waves.
+    (148, {(128, 22016)}),
+])
+def test_gemm_auto_dispatches_by_the_gpus_sm_count(sms, evens):
+    """recipes/gemm_auto.yaml's dispatch as kernels.json carries it: `even` (128 x 192
+    tiles) where its waves come out whole on this GPU's SMs, stream-K below M = 512
+    otherwise, the split-K kernel above."""
+    from pipelink.check import check_dispatch
+    from pipelink.recipe import load_recipe
     from pipelink.runtime.kernelset import KernelSet
     ks = object.__new__(KernelSet)
-    ks.recipe, ks.folder = "mm", "."
+    ks.recipe, ks.folder = "gemm_auto", "."
     shapes = (["M", "K"], ["N", "K"], ["M", "N"])
-    ks.kernels = {name: Op.from_meta(_gemm_meta(f"h{name}", "a", "b", "c", shapes), sms,
-                                     l2_bytes=l2)
-                  for name in ("whole", "rest")}
-    ks._set_dispatch([{"kernel": "whole",
-                       "when": ["ceil_div(M, 128) * ceil_div(N, 128) % num_sms == 0",
-                                "N * K * 2 <= l2_bytes"]},
-                      {"kernel": "rest"}])
-    a = torch.empty(512, 4096, dtype=torch.bfloat16, device="meta")
-    b = torch.empty(33 * 128, 4096, dtype=torch.bfloat16, device="meta")
-    assert ks.choose(a, b) is ks.kernels[want]
+    ks.kernels = {name: Op.from_meta(_gemm_meta(f"auto{name}", "a", "b", "c", shapes), sms)
+                  for name in ("short", "mid", "tall", "even")}
+    ks._set_dispatch(check_dispatch(load_recipe(ROOT / "recipes" / "gemm_auto.yaml")))
+    for n, k in ((22016, 4096), (28672, 4096), (57344, 8192), (37888, 3584)):
+        b = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
+        for m in (128, 256, 512, 1024):
+            a = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
+            want = ("even" if (m, n) in evens else "short" if m <= 128
+                    else "mid" if m <= 512 else "tall")
+            assert ks.choose(a, b) is ks.kernels[want], (sms, m, n, want)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
