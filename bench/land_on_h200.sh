@@ -10,9 +10,11 @@
 #     attn_paged attn_causal_deterministic attn_causal_d64 attn_dense_d64 \
 #     attn_causal_d64_deterministic attn_sliding_d64 attn_block_sparse_d64 attn_paged_d64 \
 #     attn_document_d64 attn_cp_ring attn_document_ids
-# then on the device, carrying build/gpu, two calls of at most ten minutes:
+# then on the device, carrying build/gpu, three calls of at most ten minutes:
 #   bash bench/land_on_h200.sh tests      # GPU tests + the sections sweep
 #   bash bench/land_on_h200.sh benches    # attention forward/backward + GEMM benches
+#   bash bench/land_on_h200.sh sanitize   # `narrow` (168-wide tiles, unswizzled
+#                                         # staging) under compute-sanitizer
 # Each writes its JSON and logs under $OUT and stops at once on anything but an H200.
 # Back here: copy the JSON into bench/, run each bench's --report, and rewrite what the
 # branch's docs say from the H100 (docs/recipes/attention.md "Scheduler sections",
@@ -48,5 +50,13 @@ case "${1:-}" in
       --json "$OUT/attention_backward.json"
     step gemm 170 python bench/gemm_swiglu.py --json "$OUT/gemm_swiglu.json"
     ;;
-  *) echo "usage: bash bench/land_on_h200.sh tests|benches"; exit 2 ;;
+  sanitize)
+    # M = 200, N = 22016 runs `narrow` (tests/gpu/test_split_k.py); `even` ran clean
+    # under all three on the H100.
+    for tool in memcheck racecheck synccheck; do
+      step "$tool" 180 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        python -m tests.gpu.gemm_check build/gpu/sm_90a gemm_auto 200 22016 128
+    done
+    ;;
+  *) echo "usage: bash bench/land_on_h200.sh tests|benches|sanitize"; exit 2 ;;
 esac

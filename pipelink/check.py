@@ -1558,6 +1558,14 @@ def _runs_everywhere(recipe: Recipe, kernel: Recipe, key: str, problems: _Proble
                      "or narrow the recipe's arch")
 
 
+def dispatch_on(recipe: Recipe, entries: list[dict[str, Any]], arch: str) -> list[dict[str, Any]]:
+    """The dispatch entries a call on ``arch`` walks: those of kernels built there. An
+    entry with conditions may name a kernel built for some archs only (a tile shape one
+    arch's MMA has and another's lacks); the last entry runs everywhere (check_dispatch)."""
+    built = set(recipe.select(None, arch))
+    return [e for e in entries if e["kernel"] in built]
+
+
 def check_autograd(recipe: Recipe) -> dict[str, Any] | None:
     """Checks a recipe's ``autograd:`` section against its kernels' launches and returns
     it normalised (grads in the forward kernel's input order), or None without one.
@@ -1668,7 +1676,9 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
     list of conditions; none on the last entry), or None without one.
 
     The runtime makes the recipe one op: a call runs the first entry whose conditions all
-    hold on the call's sizes, the last entry otherwise. The kernels must take and return
+    hold on the call's sizes, the last entry otherwise; on an arch an entry's kernel is not
+    built for, the entry is skipped (dispatch_on), so the last must be built for every
+    arch. The kernels must take and return
     the same tensors (names, dtypes, shapes) and scalars, so any call one accepts, the
     others accept too, and a condition may name only sizes the inputs' shapes bind. With
     ``autograd:``, its forward kernel is one of them, and every one takes its gradients."""
@@ -1696,7 +1706,8 @@ def check_dispatch(recipe: Recipe) -> list[dict[str, Any]] | None:
                                           "recipe does not define",
                          "kernels: " + ", ".join(kernels))
             continue
-        _runs_everywhere(recipe, kernel, f"{key}.kernel", problems)
+        if i == len(section) - 1:   # the fallback; an entry with conditions may be narrower
+            _runs_everywhere(recipe, kernel, f"{key}.kernel", problems)
         if entry["kernel"] in seen:
             problems.add(f"{key}.kernel", f"kernel '{entry['kernel']}' is listed twice",
                          "list each kernel once, with all its conditions in one when:")

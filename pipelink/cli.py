@@ -210,7 +210,7 @@ def cmd_dispatch(a: argparse.Namespace) -> int:
     """Which kernel of a dispatching recipe a call of these sizes runs, and why: each
     entry's conditions with both sides evaluated, in order, as the runtime walks them."""
     from . import expr
-    from .check import check_dispatch
+    from .check import check_dispatch, dispatch_on
     from .recipe import load_recipe
     from .runtime.spec import H100_HOST_SIZES, condition
     recipe = load_recipe(a.recipe)
@@ -219,6 +219,14 @@ def cmd_dispatch(a: argparse.Namespace) -> int:
         raise UsageError(f"{a.recipe} has no dispatch: section", where="command line",
                          hint="dispatch picks among the kernels of a dispatching recipe, "
                               "e.g. recipes/gemm_auto.yaml")
+    if a.arch not in recipe.archs:
+        raise UsageError(f"{a.recipe} does not build for {a.arch}", where="command line",
+                         hint="its archs: " + ", ".join(recipe.archs))
+    here = dispatch_on(recipe, entries, a.arch)
+    for entry in entries:
+        if entry not in here:
+            print(f"  {entry['kernel']}: not built for {a.arch}, skipped")
+    entries = here
     sizes = {**H100_HOST_SIZES, **{k: v for k, v in (("num_sms", a.num_sms),
                                                    ("l2_bytes", a.l2_bytes)) if v},
              **_sizes(a.sizes)}
@@ -308,6 +316,8 @@ def parser() -> argparse.ArgumentParser:
                    help="resident CTAs (default: an H100's or H200's, 132)")
     d.add_argument("--l2-bytes", type=_positive,
                    help="the GPU's L2 in bytes (default: an H100's or H200's, 50 MiB)")
+    d.add_argument("--arch", default="sm_90a",
+                   help="the arch whose kernels the call may run (default: sm_90a)")
     d.set_defaults(func=cmd_dispatch)
     s = sub.add_parser("schema", help="print the contract and recipe schemas")
     s.add_argument("--markdown", action="store_true")

@@ -604,6 +604,8 @@ def _expressions(c: Contract):
     for i, arg in enumerate(c.data.get("args", [])):
         for j, v in enumerate(arg.get("box", [])):
             yield f"args[{i}].box[{j}]", v
+        if "swizzle" in arg:
+            yield f"args[{i}].swizzle", arg["swizzle"]
     for name, count in c.section("counters").items():
         yield f"counters.{name}", count
     for name, size in c.section("scratch").items():
@@ -624,10 +626,12 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 # Fields the checker, the placer and the header need as one number per object: they
 # may read params but no tunable.
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
-                           r"|named_barriers\.\w+\.threads|args\[\d+\]\.box\[\d+\]|counters\.\w+"
+                           r"|named_barriers\.\w+\.threads|args\[\d+\]\.(box\[\d+\]|swizzle)|counters\.\w+"
                            r"|scratch\.\w+|cluster\[\d\]|tmem\.\w+\.cta_group"
                            r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers|multicast"
                            r"|shape\[\d+\])")
+
+TMA_SWIZZLES = (0, 32, 64, 128)   # bytes; cuTensorMapEncodeTiled's four modes
 
 # (key pattern, least value, greatest value or None, why) of every expression's range.
 _RANGES = (
@@ -645,6 +649,7 @@ _RANGES = (
     (r"counters\.\w+", 1, None, "a counters entry holds at least one counter"),
     (r"scratch\.\w+", 1, None, "a scratch entry holds at least one byte"),
     (r"args\[\d+\]\.box\[\d+\]", 1, 256, "a TMA box spans 1..256 elements"),
+    (r"args\[\d+\]\.swizzle", 0, 128, "TMA swizzles 0 (none), 32, 64 or 128 bytes"),
     (r".*", 0, None, "sizes and counts are not negative"),
 )
 
@@ -659,6 +664,8 @@ def _check_range(key: str, value: int, c: Contract) -> None:
             bad, limits = True, "not a multiple of 32"
         if not bad and key.endswith(".align") and value & (value - 1):
             bad, limits = True, "not a power of two"
+        if not bad and key.endswith(".swizzle") and value not in TMA_SWIZZLES:
+            bad, limits = True, "not 0, 32, 64 or 128"
         if bad:
             raise ContractError(f"{value} is {limits}", where=c.where(key), hint=why)
         return

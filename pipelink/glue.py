@@ -76,7 +76,7 @@ def param_layout(kernel: Kernel) -> tuple[list[ParamField], int]:
                 extra["dtype"] = b.dtype(arg["dtype"], f"args.{arg['name']}.dtype")
             if kind == "tensormap":
                 extra["box"] = [b.eval(v, f"args.{arg['name']}.box") for v in arg["box"]]
-                extra["swizzle"] = arg.get("swizzle", 0)
+                extra["swizzle"] = b.eval(arg.get("swizzle", 0), f"args.{arg['name']}.swizzle")
             if "align" in arg:
                 extra["align"] = arg["align"]
             entries.append((-align, inst, arg["name"], kind, cty or ctype[0], size, align, extra))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import glue, header, verify
-from .check import Kernel, arg_requires, check, check_autograd, check_dispatch
+from .check import Kernel, arg_requires, check, check_autograd, check_dispatch, dispatch_on
 from .compile import INCLUDE_DIR, CompileOptions, _materialise, nvcc_command, stage_sources
 from .contract import BoundContract, canonical_json, load_contract, sha256_text
 from .errors import LinkError, PipeLinkError, ToolchainError
@@ -298,7 +298,7 @@ def kernels_index(recipe: Recipe, arch: str) -> str:
         doc["elsewhere"] = {name: list(archs) for name, archs in elsewhere.items()}
     dispatch = check_dispatch(recipe)
     if dispatch is not None:       # absent otherwise: older kernels.json stay byte-equal
-        doc["dispatch"] = dispatch
+        doc["dispatch"] = dispatch_on(recipe, dispatch, arch)
     return json.dumps(doc, sort_keys=True, indent=1) + "\n"
 
 

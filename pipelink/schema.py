@@ -111,7 +111,9 @@ ARG = _obj({
                             "host builds, seen as const pl::TensorMap*"},
     "dtype": {**DTYPE_REF, "description": "ptr/tensormap: element type (or a param)"},
     "box": {"type": "array", "items": EXPR, "description": "tensormap: box (inner first)"},
-    "swizzle": {"enum": [0, 32, 64, 128], "description": "tensormap: swizzle bytes"},
+    "swizzle": {**EXPR, "description": "tensormap: swizzle bytes, 0, 32, 64 or 128 (or an "
+                                       "expression over params: a store whose staging rows "
+                                       "narrow with a param)"},
     "align": {"enum": [1, 2, 4, 8, 16], "description": "ptr: byte alignment the code needs "
                                                       "of the address (default 16)"},
     "max": {**EXPR, "description": "u32/i32: the largest value the code handles (e.g. a "

@@ -11,7 +11,7 @@ using Params = pl_params_store_epilogue;
 using Element = Params::dtype;
 
 using Shape = pl::epi::StagedShape<Params::tile_m, Params::tile_n, Params::store_n,
-                                   Params::buffers, Element>;
+                                   Params::buffers, Element, Params::swizzle>;
 
 constexpr uint32_t kTileM = Params::tile_m;
 constexpr uint32_t kTileN = Params::tile_n;
@@ -42,7 +42,8 @@ extern "C" __device__ void pl_store_epilogue_store(const pl_place_store_epilogue
   for (uint32_t c = 0; c < Shape::kChunks; ++c) {
     const uint32_t buffer = at.smem.staging + (c % kBuffers) * Shape::kStagingBytes;
     out.begin();
-    pl::epi::stage_chunk_bf16<Shape::kBlocksPerChunk>(buffer, first_row, c, acc);
+    pl::epi::stage_chunk_bf16<Shape::kBlocksPerChunk, kAccCount, Shape::Staging>(buffer,
+                                                                                  first_row, c, acc);
     out.finish(args.tma_c, buffer, col + int32_t(c * kStoreN), row);
   }
 }

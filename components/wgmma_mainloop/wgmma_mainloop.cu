@@ -35,8 +35,8 @@ static_assert(std::is_same_v<Element, __nv_bfloat16>,
               "this mainloop multiplies bf16: set dtype: bf16");
 static_assert(kTileM % pl::wgmma::kM == 0 && kWarpgroups >= 1,
               "each consumer warpgroup owns 64 rows: make tile_m a multiple of 64");
-static_assert(kTileN == 64 || kTileN == 128 || kTileN == 192 || kTileN == 256,
-              "one wgmma covers the tile's width: set tile_n to 64, 128, 192 or 256");
+static_assert(kTileN == 64 || kTileN == 128 || kTileN == 168 || kTileN == 192 || kTileN == 256,
+              "one wgmma covers the tile's width: set tile_n to 64, 128, 168, 192 or 256");
 static_assert(kRowBytes == pl::wgmma::kSwizzleBytes,
               "a stage's K spans one 128-byte swizzled row: set tile_k = 128 / sizeof(dtype)");
 static_assert(pl::known_major(Params::a_major) && pl::known_major(Params::b_major),

@@ -26,11 +26,12 @@ SPLIT_SHAPES = [
     (100, 200, 64),        # one tile of one k-tile: never split
     (2048, 22016, 4096),   # 1376 tiles: 9 whole waves, then 188 tiles streamed
     (512, 28672, 4096),    # stream-K: lanes of 4 CTAs (one per tile row), 33 lanes
-    (200, 22016, 4096),    # gemm_auto's `even`: 2 x 115 tiles of 128 x 192, both edges ragged
+    (200, 22016, 4096),    # gemm_auto's `narrow`: 2 x 132 tiles of 128 x 168, both edges ragged
+    (200, 37888, 4096),    # gemm_auto's `even`: 2 x 198 tiles of 128 x 192, both edges ragged
 ]
-# gemm_auto runs `even` (128 x 192 data-parallel) up to M = 512 where its waves come out
-# nearly whole, else its `short` kernel (128 x 128 stream-K) up to M = 128 and `mid`
-# (128 x 256 stream-K, lockstep rows) up to M = 512
+# gemm_auto runs `narrow` (128 x 168) or `even` (128 x 192), data-parallel, up to M = 512
+# where their waves come out nearly whole, else its `short` kernel (128 x 128 stream-K)
+# up to M = 128 and `mid` (128 x 256 stream-K, lockstep rows) up to M = 512
 GEMMS = ["gemm", "gemm_streamk", "gemm_auto"]
 SWIGLUS = ["gemm_swiglu", "gemm_swiglu_streamk"]
 
@@ -59,12 +60,18 @@ def test_split_tiles_match_pytorch_and_repeat_bitwise(build_dir, recipe, mode, m
         assert torch.equal(again, first), "split-K pieces added up in a different order"
 
 
-def even_waves(m: int, n: int, sms: int) -> bool:
-    """gemm_auto's rule for `even`: whole waves of 128 x 192 tiles (3/4 of a 128 x 256
-    tile's time each) under stream-K's share of 128 x 256 tiles plus a quarter tile."""
+def whole_waves(m: int, n: int, sms: int) -> str | None:
+    """gemm_auto's rule on sm_90a for its data-parallel kernels: whole waves of 128 x 168
+    tiles (`narrow`, 21/32 of a 128 x 256 tile's time each) or 128 x 192 (`even`, 24/32)
+    where they beat each other and stream-K's share of 128 x 256 tiles plus a quarter."""
     rows = -(-m // 128)
-    waves = -(-rows * -(-n // 192) // sms)
-    return m <= 512 and 3 * sms * waves < 4 * rows * -(-n // 256) + sms
+    waves168, waves192 = (-(-rows * -(-n // w) // sms) for w in (168, 192))
+    stream = 32 * rows * -(-n // 256) + 8 * sms
+    if m > 512:
+        return None
+    if 21 * waves168 < 24 * waves192 and 21 * sms * waves168 < stream:
+        return "narrow"
+    return "even" if 24 * sms * waves192 < stream else None
 
 
 def test_gemm_auto_dispatches_on_m_and_n(build_dir):
@@ -73,24 +80,23 @@ def test_gemm_auto_dispatches_on_m_and_n(build_dir):
 
     import pipelink
     ks = pipelink.load(build_dir / "sm_90a" / "gemm_auto")
-    sms = ks["even"].host_sizes["num_sms"]
+    sms = ks["narrow"].host_sizes["num_sms"]
     compiled = torch.compile(lambda x, w: ks(x, w), fullgraph=True, dynamic=True)
     cases = [(1, 384, "short"), (128, 384, "short"), (129, 384, "mid"), (512, 384, "mid"),
              (513, 384, "tall"), (4096, 384, "tall"), (128, 22016, "short"),
              (256, 22016, "mid"), (256, 28672, "mid"), (512, 37888, "mid"),
              (640, 37888, "tall")]
     for m, n, kernel in cases:
-        if even_waves(m, n, sms):
-            kernel = "even"
+        kernel = whole_waves(m, n, sms) or kernel
         x, w = operands(m, n, 256, seed=m)
         assert ks.choose(x, w) is ks[kernel], f"M={m} N={n} should run {kernel}"
         want = x.float() @ w.float().t()
         torch.testing.assert_close(ks(x, w).float(), want, atol=ATOL, rtol=RTOL)
         torch.testing.assert_close(compiled(x, w).float(), want, atol=ATOL, rtol=RTOL)
-    if sms == 132:      # an H100 SXM or H200: the shapes the rule was fitted on
-        assert [even_waves(m, n, sms) for m, n in ((128, 22016), (256, 22016), (256, 37888),
-                                                   (512, 37888), (512, 22016), (256, 28672))
-                ] == [True, True, True, True, False, False]
+    if sms == 132:      # an H100 SXM or H200: the bench's shapes
+        assert [whole_waves(m, n, sms) for m, n in ((128, 22016), (256, 22016), (256, 37888),
+                                                    (512, 37888), (512, 22016), (256, 28672))
+                ] == ["narrow", "narrow", "even", "even", "narrow", None]
 
 
 @pytest.mark.parametrize("recipe", SWIGLUS)

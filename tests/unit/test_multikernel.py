@@ -341,6 +341,19 @@ def test_kernels_json_carries_the_dispatch_with_conditions_as_lists(tree):
     assert "dispatch" not in json.loads(kernels_index(_write(tree, linear()), "sm_90a"))
 
 
+def test_kernels_json_drops_the_entries_of_kernels_not_built_for_its_arch(tree):
+    """A kernel with conditions may be built for some archs only (a tile width one arch's
+    MMA has): each arch's kernels.json lists the entries a call there can take."""
+    data = dispatched()
+    data["arch"] = ["sm_90a", "sm_100a"]
+    data["kernels"]["short"]["arch"] = ["sm_90a"]
+    path = _write(tree, data)
+    assert [e["kernel"] for e in json.loads(kernels_index(path, "sm_90a"))["dispatch"]] == \
+        ["short", "tall"]
+    doc = json.loads(kernels_index(path, "sm_100a"))
+    assert doc["dispatch"] == [{"kernel": "tall"}] and doc["elsewhere"] == {"short": ["sm_90a"]}
+
+
 def entry(i: int, key: str, value: Any) -> Mutation:
     return put(f"dispatch.{i}.{key}", value)
 
@@ -389,11 +402,12 @@ DISPATCH_CASES = [
          (f"{RECIPE}: autograd.forward", "kernel 'forward' is not built for sm_100a",
           "kernels.forward.arch"),
          chain(put("arch", ["sm_90a", "sm_100a"]), put("kernels.forward.arch", ["sm_90a"]))),
-    Case("dispatched_kernel_narrower_than_the_recipe", CheckError,
-         (f"{RECIPE}: dispatch[0].kernel", "kernel 'small' is not built for sm_100a"),
+    # An entry with conditions may be narrower (skipped elsewhere); the fallback may not.
+    Case("dispatch_fallback_narrower_than_the_recipe", CheckError,
+         (f"{RECIPE}: dispatch[1].kernel", "kernel 'small' is not built for sm_100a"),
          lambda d: chain(put("arch", ["sm_90a", "sm_100a"]), put("kernels.small.arch", ["sm_90a"]),
-                         put("dispatch", [{"kernel": "small", "when": "M <= 64"},
-                                          {"kernel": "forward"}]))(with_small_forward(d)),
+                         put("dispatch", [{"kernel": "forward", "when": "M <= 64"},
+                                          {"kernel": "small"}]))(with_small_forward(d)),
          check=check_dispatch),
     Case("autograd_forward_not_dispatched", CheckError,
          (f"{RECIPE}: autograd.forward", "kernel 'forward' is not one dispatch: lists",

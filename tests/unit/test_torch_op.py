@@ -180,32 +180,54 @@ def test_a_dispatching_set_runs_the_kernel_its_sizes_select():
         ks(vector, b)
 
 
-@pytest.mark.parametrize("sms,evens", [
-    # An H100 SXM or H200: the shapes gemm_auto's rule was fitted on.
-    (132, {(128, 22016), (256, 22016), (256, 37888), (512, 37888)}),
+def _auto_kernel(m: int, n: int, sms: int, arch: str) -> str:
+    """recipes/gemm_auto.yaml's rule, written out: whole waves of 128 x 168 tiles (21/32
+    of a 128 x 256 tile's time, sm_90a only) or of 128 x 192 (24/32), where they beat each
+    other and stream-K's share of 128 x 256 tiles plus a quarter; stream-K below M = 512
+    otherwise, split-K above."""
+    rows = -(-m // 128)
+    waves168, waves192 = (-(-rows * -(-n // w) // sms) for w in (168, 192))
+    stream = 32 * rows * -(-n // 256) + 8 * sms
+    if m <= 512 and arch == "sm_90a" and 21 * waves168 < 24 * waves192 \
+            and 21 * sms * waves168 < stream:
+        return "narrow"
+    if m <= 512 and 24 * sms * waves192 < stream:
+        return "even"
+    return "short" if m <= 128 else "mid" if m <= 512 else "tall"
+
+
+@pytest.mark.parametrize("sms,arch,picks", [
+    # An H100 SXM or H200: 168-wide tiles where N = 22016 (132 a tile row) or 37888 at
+    # M = 128; 192-wide ones at N = 37888 above.
+    (132, "sm_90a", {(128, 22016): "narrow", (256, 22016): "narrow", (512, 22016): "narrow",
+                     (128, 37888): "narrow", (256, 37888): "even", (512, 37888): "even"}),
+    # sm_100a builds no 168-wide kernel: its dispatch skips `narrow`.
+    (132, "sm_100a", {(128, 22016): "even", (256, 22016): "even", (256, 37888): "even",
+                      (512, 37888): "even"}),
     # 148 SMs (a B200): 230 or 396 tiles of 128 x 192 no longer make whole waves.
-    (148, {(128, 22016)}),
+    (148, "sm_100a", {(128, 22016): "even", (256, 22016): "mid"}),
 ])
-def test_gemm_auto_dispatches_by_the_gpus_sm_count(sms, evens):
-    """recipes/gemm_auto.yaml's dispatch as kernels.json carries it: `even` (128 x 192
-    tiles) where its waves come out whole on this GPU's SMs, stream-K below M = 512
-    otherwise, the split-K kernel above."""
-    from pipelink.check import check_dispatch
+def test_gemm_auto_dispatches_by_the_gpus_sm_count_and_arch(sms, arch, picks):
+    """recipes/gemm_auto.yaml's dispatch as kernels.json carries it for an arch (entries
+    of kernels not built there dropped): the tile width whose waves come out whole on
+    this GPU's SMs, stream-K below M = 512 otherwise, the split-K kernel above."""
+    from pipelink.check import check_dispatch, dispatch_on
     from pipelink.recipe import load_recipe
     from pipelink.runtime.kernelset import KernelSet
+    recipe = load_recipe(ROOT / "recipes" / "gemm_auto.yaml")
     ks = object.__new__(KernelSet)
     ks.recipe, ks.folder = "gemm_auto", "."
     shapes = (["M", "K"], ["N", "K"], ["M", "N"])
     ks.kernels = {name: Op.from_meta(_gemm_meta(f"auto{name}", "a", "b", "c", shapes), sms)
-                  for name in ("short", "mid", "tall", "even")}
-    ks._set_dispatch(check_dispatch(load_recipe(ROOT / "recipes" / "gemm_auto.yaml")))
+                  for name in recipe.select(None, arch)}
+    ks._set_dispatch(dispatch_on(recipe, check_dispatch(recipe), arch))
     for n, k in ((22016, 4096), (28672, 4096), (57344, 8192), (37888, 3584)):
         b = torch.empty(n, k, dtype=torch.bfloat16, device="meta")
         for m in (128, 256, 512, 1024):
             a = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
-            want = ("even" if (m, n) in evens else "short" if m <= 128
-                    else "mid" if m <= 512 else "tall")
-            assert ks.choose(a, b) is ks.kernels[want], (sms, m, n, want)
+            want = _auto_kernel(m, n, sms, arch)
+            assert want == picks.get((m, n), want), (sms, arch, m, n, want)
+            assert ks.choose(a, b) is ks.kernels[want], (sms, arch, m, n, want)
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

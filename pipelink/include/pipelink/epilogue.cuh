@@ -97,63 +97,116 @@ __device__ __forceinline__ uint32_t sw128_offset(uint32_t row, uint32_t chunk) {
   return row * kSwizzleRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
 }
 
+// A staging tile's layout, as the TMA store that reads it is told (its tensormap's
+// swizzle): SWIZZLE 128, rows of 128 bytes swizzled (sw128_offset); SWIZZLE 0, plain
+// rows of ROW_BYTES, for chunks narrower than 64 bf16 columns (a 168-column tile is three
+// of 56). Eight consecutive rows then put a 16-byte piece in eight different bank groups
+// only when a row is an odd number of 16-byte pieces: stmatrix stays conflict free.
+template <uint32_t SWIZZLE, uint32_t ROW_BYTES>
+struct Staging {
+  static_assert(SWIZZLE == kSwizzleRowBytes || SWIZZLE == 0,
+                "staging tiles are 128-byte swizzled or not swizzled: set swizzle to 128 or 0");
+  static_assert(SWIZZLE == 0 || ROW_BYTES == kSwizzleRowBytes,
+                "a swizzled staging row is one 128-byte swizzle row: set store_n = 128 / "
+                "sizeof(dtype), or swizzle: 0");
+  static_assert(SWIZZLE != 0 || (ROW_BYTES % kChunkBytes == 0 && ROW_BYTES / kChunkBytes % 2 == 1),
+                "an unswizzled staging row is an odd number of 16-byte pieces (bank-conflict "
+                "free stmatrix): make store_n 8 times an odd number");
+
+  __device__ static uint32_t offset(uint32_t row, uint32_t chunk) {
+    if constexpr (SWIZZLE == 0) {
+      return row * ROW_BYTES + chunk * kChunkBytes;
+    } else {
+      return sw128_offset(row, chunk);
+    }
+  }
+};
+using Sw128Staging = Staging<kSwizzleRowBytes, kSwizzleRowBytes>;
+
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1,
                                             uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
                :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
 
+__device__ __forceinline__ void stmatrix_x2(uint32_t addr, uint32_t r0, uint32_t r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.shared.b16 [%0], {%1, %2};"
+               :: "r"(addr), "r"(r0), "r"(r1) : "memory");
+}
+
 // Warp-collective: stores blocks `block` and `block + 1` (8-column blocks within a
-// 128-byte staging row) of this warp's 16 rows, from `first_row` on, into the
-// swizzled tile at shared-memory offset `tile`.
+// staging row) of this warp's 16 rows, from `first_row` on, into the staging tile at
+// shared-memory offset `tile`, laid out as STAGING says.
 // packed = this thread's bf16 pair of {block b, upper 8 rows; block b, lower 8 rows;
 // block b+1, upper 8 rows; block b+1, lower 8 rows}: floats 4b..4b+3, 4b+4..4b+7 of
 // the fragment, packed in order.
+template <class STAGING = Sw128Staging>
 __device__ __forceinline__ void stage_block_pair(uint32_t tile, uint32_t first_row,
                                                  uint32_t block, const uint32_t (&packed)[4]) {
   const uint32_t which = lane() / kStmatrixRows;              // 8x8 block this lane addresses
   const uint32_t row = first_row + (which % 2) * kHalfRows + lane() % kStmatrixRows;
   const uint32_t chunk = block + which / 2;                   // one 8-column block = 16 bytes
-  stmatrix_x4(smem_addr(tile + sw128_offset(row, chunk)), packed[0], packed[1], packed[2],
+  stmatrix_x4(smem_addr(tile + STAGING::offset(row, chunk)), packed[0], packed[1], packed[2],
               packed[3]);
+}
+
+// stage_block_pair for block `block` alone (the last of a chunk with an odd number of
+// blocks): lanes 0-15 address its upper and lower 8 rows, packed = {upper, lower}.
+template <class STAGING>
+__device__ __forceinline__ void stage_block(uint32_t tile, uint32_t first_row, uint32_t block,
+                                            const uint32_t (&packed)[2]) {
+  const uint32_t which = lane() / kStmatrixRows % 2;
+  const uint32_t row = first_row + which * kHalfRows + lane() % kStmatrixRows;
+  stmatrix_x2(smem_addr(tile + STAGING::offset(row, block)), packed[0], packed[1]);
 }
 
 // What a bf16 epilogue staging a (TILE_M x TILE_N) fragment STORE_N columns at a time,
 // over BUFFERS rotating staging tiles, derives from its params, and the checks on them.
-template <uint32_t TILE_M, uint32_t TILE_N, uint32_t STORE_N, uint32_t BUFFERS, class Element>
+// SWIZZLE: the staging tiles' (and the TMA store's) swizzle, 128 or 0 (Staging).
+template <uint32_t TILE_M, uint32_t TILE_N, uint32_t STORE_N, uint32_t BUFFERS, class Element,
+          uint32_t SWIZZLE = kSwizzleRowBytes>
 struct StagedShape {
   static constexpr uint32_t kThreads = TILE_M / kRowsPerWarp * kWarpThreads;
   static constexpr uint32_t kAccCount = kRowsPerWarpgroup * TILE_N / kWarpgroupThreads;
   static constexpr uint32_t kChunks = TILE_N / STORE_N;            // staged chunks per tile
   static constexpr uint32_t kBlocksPerChunk = STORE_N / kBlockCols;
   static constexpr uint32_t kStagingBytes = TILE_M * STORE_N * sizeof(Element);
+  using Staging = pl::epi::Staging<SWIZZLE, STORE_N * sizeof(Element)>;
 
   static_assert(sizeof(Element) == 2, "the staged epilogues write 16-bit elements (bf16)");
   static_assert(TILE_M % kRowsPerWarpgroup == 0,
                 "the accumulators come in 64-row warpgroup blocks: make tile_m a multiple of 64");
-  static_assert(STORE_N * sizeof(Element) == kSwizzleRowBytes,
+  static_assert(SWIZZLE == 0 || STORE_N * sizeof(Element) == kSwizzleRowBytes,
                 "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
+  static_assert(sizeof(Staging) > 0, "Staging's own checks on swizzle and store_n");
   static_assert(TILE_N % STORE_N == 0, "tile_n must be a multiple of store_n");
-  static_assert(kBlocksPerChunk % 2 == 0,
-                "stmatrix stores 8-column blocks in pairs: make store_n a multiple of 16");
+  static_assert(STORE_N % kBlockCols == 0, "stmatrix stores 8-column blocks: make store_n a "
+                                           "multiple of 8");
   static_assert(kChunks % BUFFERS == 0,
                 "staging buffers rotate per chunk across tiles: make tile_n / store_n a "
                 "multiple of buffers");
 };
 
 // Every thread rounds chunk `chunk` of its fragment (BLOCKS 8-column blocks) to bf16 and
-// stages it into the swizzled tile at `buffer` (warp-collective).
-template <uint32_t BLOCKS, uint32_t ACC>
+// stages it into the tile at `buffer`, laid out as STAGING says (warp-collective): blocks
+// in pairs, and an odd last one alone.
+template <uint32_t BLOCKS, uint32_t ACC, class STAGING = Sw128Staging>
 __device__ __forceinline__ void stage_chunk_bf16(uint32_t buffer, uint32_t first_row,
                                                  uint32_t chunk, const float (&acc)[ACC]) {
 #pragma unroll
-  for (uint32_t b = 0; b < BLOCKS; b += 2) {
+  for (uint32_t b = 0; b + 1 < BLOCKS; b += 2) {
     const uint32_t f = (chunk * BLOCKS + b) * kFloatsPerBlock;    // first float of the pair
     const uint32_t packed[4] = {pack_bf16x2(acc[f + 0], acc[f + 1]),
                                 pack_bf16x2(acc[f + 2], acc[f + 3]),
                                 pack_bf16x2(acc[f + 4], acc[f + 5]),
                                 pack_bf16x2(acc[f + 6], acc[f + 7])};
-    stage_block_pair(buffer, first_row, b, packed);
+    stage_block_pair<STAGING>(buffer, first_row, b, packed);
+  }
+  if constexpr (BLOCKS % 2 == 1) {
+    const uint32_t f = (chunk * BLOCKS + BLOCKS - 1) * kFloatsPerBlock;
+    const uint32_t packed[2] = {pack_bf16x2(acc[f + 0], acc[f + 1]),
+                                pack_bf16x2(acc[f + 2], acc[f + 3])};
+    stage_block<STAGING>(buffer, first_row, BLOCKS - 1, packed);
   }
 }
 

@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma.mma_async) on shared-memory operands: matrix
 // descriptors for 128-byte-swizzled K-major and MN-major tiles, the fence/commit/wait protocol,
-// and the bf16 x bf16 -> fp32 instruction for N = 32, 64, 128, 192 and 256.
+// and the bf16 x bf16 -> fp32 instruction for N = 32, 64, 128, 168, 192 and 256.
 //
 // The instructions exist on sm_90a only: a component that calls these lists just
 // sm_90a in its arch (pipelink.cuh includes this header everywhere; uncalled, it
@@ -124,7 +124,7 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 }
 
 // D (64 x N, fp32) = A * B^T (+ D when `accumulate` is non-zero), A and B from
-// shared memory through descriptors, N = 32, 64, 128, 192 or 256. kMnMajorA / kMnMajorB: the
+// shared memory through descriptors, N = 32, 64, 128, 168, 192 or 256. kMnMajorA / kMnMajorB: the
 // operand's tile is MN-major (the instruction's transpose bit); else K-major.
 #define PL_WGMMA_D8(d, i)                                                                 \
   "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]),         \
@@ -133,8 +133,8 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 template <int N, bool kMnMajorA = false, bool kMnMajorB = false>
 __device__ __forceinline__ void mma_bf16_ss(float (&d)[N / 2], uint64_t a, uint64_t b,
                                             uint32_t accumulate) {
-  static_assert(N == 32 || N == 64 || N == 128 || N == 192 || N == 256,
-                "wgmma tiles here are 32, 64, 128, 192 or 256 wide: change tile_n");
+  static_assert(N == 32 || N == 64 || N == 128 || N == 168 || N == 192 || N == 256,
+                "wgmma tiles here are 32, 64, 128, 168, 192 or 256 wide: change tile_n");
   constexpr int kTransA = kMnMajorA, kTransB = kMnMajorB;
   if constexpr (N == 32) {
     asm volatile(
@@ -171,6 +171,27 @@ __device__ __forceinline__ void mma_bf16_ss(float (&d)[N / 2], uint64_t a, uint6
         "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
         : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
           PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56)
+        : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (N == 168) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %86, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n168k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7,"
+        "%8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23,"
+        "%24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39,"
+        "%40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55,"
+        "%56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71,"
+        "%72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83"
+        "}, %84, %85, p, 1, 1, %87, %88;\n}\n"
+        : PL_WGMMA_D8(d, 0), PL_WGMMA_D8(d, 8), PL_WGMMA_D8(d, 16), PL_WGMMA_D8(d, 24),
+          PL_WGMMA_D8(d, 32), PL_WGMMA_D8(d, 40), PL_WGMMA_D8(d, 48), PL_WGMMA_D8(d, 56),
+          PL_WGMMA_D8(d, 64), PL_WGMMA_D8(d, 72), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]),
+          "+f"(d[83])
         : "l"(a), "l"(b), "r"(accumulate), "n"(kTransA), "n"(kTransB));
   } else if constexpr (N == 192) {
     asm volatile(
