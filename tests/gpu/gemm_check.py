@@ -19,9 +19,10 @@ ATOL, RTOL = 2e-2, 2e-2
 
 # recipe -> what it computes
 REFERENCE = {"gemm": "gemm", "gemm_dynamic": "gemm", "gemm_cute": "gemm",
-             "gemm_multicast": "gemm", "gemm_pingpong": "gemm", "gemm_streamk": "gemm",
+             "gemm_auto": "gemm", "gemm_multicast": "gemm", "gemm_pingpong": "gemm",
+             "gemm_streamk": "gemm",
              "gemm_swiglu": "swiglu", "gemm_swiglu_pingpong": "swiglu",
-             "gemm_swiglu_streamk": "swiglu",
+             "gemm_swiglu_streamk": "swiglu", "gemm_swiglu_auto": "swiglu",
              "gemm_swiglu_cute": "swiglu", "gemm_bias_gelu": "bias_gelu"}
 
 
