@@ -44,9 +44,10 @@ VARIANTS = {"auto": ("gemm", "gemm_auto"), "swiglu_auto": ("gemm_swiglu", "gemm_
             "swiglu_streamk": ("gemm_swiglu", "gemm_swiglu_streamk"),
             "multicast": ("gemm", "gemm_multicast"), "pingpong": ("gemm", "gemm_pingpong"),
             "swiglu_pingpong": ("gemm_swiglu", "gemm_swiglu_pingpong")}
-VARIANT_WHAT = {"auto": "one op: up to M = 512, 128 x 192 tiles data-parallel where their "
-                        "waves come out nearly whole, else stream-K kernels of 128 x 128 "
-                        "tiles up to M = 128 and 128 x 256 up to M = 512; gemm's above",
+VARIANT_WHAT = {"auto": "one op: up to M = 512, 128 x 168 or 128 x 192 tiles "
+                        "data-parallel where their waves come out nearly whole, else "
+                        "stream-K kernels of 128 x 128 tiles up to M = 128 and 128 x 256 "
+                        "up to M = 512; gemm's above",
                 "swiglu_auto": "one op: 128 x 128 stream-K kernel up to M = 512, "
                                "gemm_swiglu's above",
                 "streamk": "stream-K in place of the split-K tail",
