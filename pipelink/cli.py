@@ -313,9 +313,10 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("sizes", nargs="*", metavar="SIZE=VALUE",
                    help="the inputs' sizes, e.g. M=256 N=22016 K=4096")
     d.add_argument("--num-sms", type=_positive,
-                   help="resident CTAs (default: an H100's or H200's, 132)")
+                   help="resident CTAs (default: an H100's, 132, as an H200's)")
     d.add_argument("--l2-bytes", type=_positive,
-                   help="the GPU's L2 in bytes (default: an H100's or H200's, 50 MiB)")
+                   help="the GPU's L2 in bytes (default: an H100's, 50 MiB; an H200 "
+                        "has more)")
     d.add_argument("--arch", default="sm_90a",
                    help="the arch whose kernels the call may run (default: sm_90a)")
     d.set_defaults(func=cmd_dispatch)

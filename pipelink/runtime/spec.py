@@ -27,8 +27,9 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
-# The host sizes (check.HOST_SIZES) of an H100 SXM or H200, for what asks no GPU: tools,
-# tests, `pipelink dispatch`. A loaded op reads its device's instead.
+# The host sizes (check.HOST_SIZES) of an H100 SXM, for what asks no GPU: tools, tests,
+# `pipelink dispatch`. An H200 has as many SMs and a larger L2. A loaded op reads its
+# device's instead.
 H100_HOST_SIZES = {"num_sms": 132, "l2_bytes": 50 * 1024 * 1024}
 
 

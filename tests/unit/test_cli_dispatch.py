@@ -1,6 +1,6 @@
 """`pipelink dispatch`: which kernel of a dispatching recipe a call of given sizes runs,
 with each condition's two sides evaluated, decided as the runtime decides, on the host
-sizes given (an H100's or H200's unless told)."""
+sizes given (an H100's unless told)."""
 
 from __future__ import annotations
 

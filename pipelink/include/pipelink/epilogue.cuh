@@ -176,9 +176,8 @@ struct StagedShape {
   static_assert(sizeof(Element) == 2, "the staged epilogues write 16-bit elements (bf16)");
   static_assert(TILE_M % kRowsPerWarpgroup == 0,
                 "the accumulators come in 64-row warpgroup blocks: make tile_m a multiple of 64");
-  static_assert(SWIZZLE == 0 || STORE_N * sizeof(Element) == kSwizzleRowBytes,
-                "a staging row is one 128-byte swizzle row: set store_n = 128 / sizeof(dtype)");
-  static_assert(sizeof(Staging) > 0, "Staging's own checks on swizzle and store_n");
+  static_assert(sizeof(Staging) > 0, "instantiates Staging, whose asserts check swizzle "
+                                     "against store_n");
   static_assert(TILE_N % STORE_N == 0, "tile_n must be a multiple of store_n");
   static_assert(STORE_N % kBlockCols == 0, "stmatrix stores 8-column blocks: make store_n a "
                                            "multiple of 8");
