@@ -20,12 +20,15 @@ conversion phases included; the baselines: torch.autograd.grad through their for
 whose graph holds what they saved). TFLOP/s count the unmasked work, 10 D flops per
 (query, key) pair a query sees (the five GEMMs of the backward). Medians in ms: CUDA
 events, interleaved over two input sets; and triton.testing.do_bench (L2 flushed). Every
-variant's gradients are checked against SDPA's first.
+variant's gradients are checked against SDPA's first. Where the build has a
+phase-clocked copy of a recipe (build/gpu/phases/, tests/gpu/build.py's PHASE_CLOCKED),
+each case also records its backward's time phase by phase.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -58,6 +61,7 @@ RECIPES = ("attn_causal", "attn_causal_deterministic", "attn_dense", "attn_slidi
            "attn_block_sparse_d64")
 FLOPS_PER_PAIR_AND_DIM = 10       # S, dP, dV, dK, dQ: five GEMMs of 2 D flops per pair
 TOLERANCE = 5e-2                  # max |diff| vs the reference, relative to its max
+PHASE_LAUNCHES = 9                # phase-clocked launches a case (after one warm-up)
 
 
 def dq_turns(recipe: str, rows: int, b: int, extra: tuple) -> int:
@@ -71,7 +75,7 @@ def dq_turns(recipe: str, rows: int, b: int, extra: tuple) -> int:
 
 
 def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
-               rounds: int) -> dict:
+               rounds: int, phased: object = None) -> dict:
     import torch
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -160,8 +164,20 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
                              f"{errors[name]:.3g}")
     events = interleaved(fns, rounds, 1)
     flushed = flushed_medians(fns)
-    return {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
-            f"max_rel_diff_vs_{reference}": errors, "pairs": pairs * b}
+    out = {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
+           f"max_rel_diff_vs_{reference}": errors, "pairs": pairs * b}
+    if phased is not None:
+        out["phase_ms"] = phase_split(phased, sets[0])
+    return out
+
+
+def phase_split(ks, x: dict) -> dict[str, float]:  # noqa: ANN001
+    """Median phase times (ms) of the phase-clocked build's backward on one input set."""
+    runs = []
+    for _ in range(PHASE_LAUNCHES + 1):
+        ks.backward(*x["ours"], out=x["grads"])
+        runs.append(ks["backward"].phase_times())
+    return {name: statistics.median(r[name] for r in runs[1:]) for name in runs[0]}
 
 
 def run(build: Path, rounds: int, out: Path | None,
@@ -182,8 +198,12 @@ def run(build: Path, rounds: int, out: Path | None,
             # As bench/attention.py: timed without the per-call index checks (attn_document's
             # cu_seqlens), as a caller that vouches for its offsets runs.
             ks.check_contents = False
+        clocked = build / "phases" / recipe
+        phased = pipelink.load(clocked) if clocked.exists() else None
+        if phased is not None:
+            phased.check_contents = False
         for b, h, s, d in shapes_of(recipe):
-            r = bench_case(kernels, b, h, s, d, recipe, rounds)
+            r = bench_case(kernels, b, h, s, d, recipe, rounds, phased)
             flops = FLOPS_PER_PAIR_AND_DIM * h * d * r["pairs"]
             r.update(recipe=recipe, B=b, H=h, S=s, D=d, flops=flops,
                      floor_ms=flops / peak / 1e9)
@@ -221,10 +241,32 @@ def report(path: Path) -> None:
              "flops per visible pair); floor: that "
              f"work at the measured bf16 matmul peak ({data['peak_tflops']:.0f} TFLOP/s).", ""]
     lines += summary_lines(rows, RECIPES) + [""] + table_lines(rows)
-    lines += ["", "![TFLOP/s per case](attention_backward.svg)"]
+    lines += ["", "![TFLOP/s per case](attention_backward.svg)"] + phase_lines(rows)
     put_section("## Attention backward", "\n".join(lines))
     write_text(ROOT / "bench" / "attention_backward.svg",
                tflops_svg(rows, data["peak_tflops"], "attention backward"))
+
+
+def phase_lines(rows: list[dict]) -> list[str]:
+    """Where a backward's time goes, phase by phase, where a phase-clocked build ran."""
+    rows = [r for r in rows if r.get("phase_ms")]
+    if not rows:
+        return []
+    lines = ["", "Where the time goes, phase by phase (`python -m tests.gpu.build` links a "
+             "third, phase-clocked build of these recipes; `op.phase_times()` reads when the "
+             f"last CTA finished each phase; medians of {PHASE_LAUNCHES} launches on one "
+             "input set): `prep` (delta and the base-2 LSE, dQ's fp32 sums zeroed) and `dq` "
+             "(dQ to bf16) are memory-bound passes, `main` the GEMMs. The clocks run from "
+             "the first CTA's start to the last CTA's end, so their total is below the "
+             "event-timed column above.", "",
+             "| recipe | B | H | S | D | total ms | prep | main | dq | prep + dq share |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        t = r["phase_ms"]
+        lines.append(f"| {r['recipe']} | {r['B']} | {r['H']} | {r['S']} | {r['D']} | "
+                     f"{t['total']:.3f} | {t['prep']:.3f} | {t['main']:.3f} | {t['dq']:.3f} | "
+                     f"{(t['prep'] + t['dq']) / t['total']:.0%} |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ DEFAULT = ["pipeline_demo", "gemm", "gemm_auto", "gemm_swiglu_auto", "gemm_strea
            "attn_paged_d64", "attn_document_d64", "attn_cp_ring", "attn_document_ids"]
 
 # Also linked with phase clocks into <out>/phases/ (bench: where the time goes).
-PHASE_CLOCKED = {"mlp", "moe_train"}
+PHASE_CLOCKED = {"mlp", "moe_train", "attn_causal", "attn_dense", "attn_sliding",
+                 "attn_block_sparse", "attn_causal_d64", "attn_sliding_d64",
+                 "attn_block_sparse_d64"}
 
 
 def build(names: list[str], out: Path = ROOT / "build" / "gpu") -> None:
