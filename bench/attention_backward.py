@@ -28,7 +28,6 @@ each case also records its backward's time phase by phase.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -51,7 +50,7 @@ from bench.attention import (  # noqa: E402
     table_lines,
     tflops_svg,
 )
-from bench.gemm_swiglu import ceilings, interleaved  # noqa: E402
+from bench.gemm_swiglu import ceilings, interleaved, phase_medians  # noqa: E402
 from bench.gemm_swiglu import flushed as flushed_medians  # noqa: E402
 
 ROTATE = 2
@@ -166,18 +165,11 @@ def bench_case(kernels: dict, b: int, h: int, s: int, d: int, recipe: str,
     flushed = flushed_medians(fns)
     out = {"events_ms": events, "do_bench_ms": flushed, "reference": reference,
            f"max_rel_diff_vs_{reference}": errors, "pairs": pairs * b}
-    if phased is not None:
-        out["phase_ms"] = phase_split(phased, sets[0])
+    if phased is not None:        # the phase-clocked build, on the first input set
+        x = sets[0]
+        out["phase_ms"] = phase_medians(lambda: phased.backward(*x["ours"], out=x["grads"]),
+                                        phased["backward"], PHASE_LAUNCHES)
     return out
-
-
-def phase_split(ks, x: dict) -> dict[str, float]:  # noqa: ANN001
-    """Median phase times (ms) of the phase-clocked build's backward on one input set."""
-    runs = []
-    for _ in range(PHASE_LAUNCHES + 1):
-        ks.backward(*x["ours"], out=x["grads"])
-        runs.append(ks["backward"].phase_times())
-    return {name: statistics.median(r[name] for r in runs[1:]) for name in runs[0]}
 
 
 def run(build: Path, rounds: int, out: Path | None,

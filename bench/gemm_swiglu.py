@@ -72,6 +72,17 @@ def time_ms(fn, runs: int, reps: int = 1) -> list[float]:  # noqa: ANN001
     return out
 
 
+def phase_medians(call, op, launches: int) -> dict[str, float]:  # noqa: ANN001
+    """Median ms of each phase (and ``total``) over ``launches`` calls of ``call``, after
+    one warm-up, read from the phase clocks of ``op`` (a kernel linked with them), which
+    ``call`` launches."""
+    runs = []
+    for _ in range(launches + 1):
+        call()
+        runs.append(op.phase_times())
+    return {name: statistics.median(r[name] for r in runs[1:]) for name in runs[0]}
+
+
 def interleaved(fns: dict[str, object], runs: int, reps: int, warmup: int = 3
                 ) -> dict[str, float]:
     """Median per-call ms of each fn; rounds alternate the order (ABC, CBA, ...) so

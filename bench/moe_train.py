@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_swiglu import ROOT, flushed, interleaved  # noqa: E402
+from gemm_swiglu import ROOT, flushed, interleaved, phase_medians  # noqa: E402
 from moe_forward import peak_mb, torch_forward, torch_layer  # noqa: E402
 from results_md import (  # noqa: E402
     Bar,
@@ -161,7 +161,6 @@ def run(build: Path, rounds: int, out: Path | None) -> list[dict]:
 def phase_split(ks, s: dict, k: int, launches: int = 5) -> dict:  # noqa: ANN001
     """Per kernel, the median over ``launches`` of each phase's ms (the build linked with
     phase clocks: the bench's inputs, launched directly)."""
-    import statistics
     out = {}
     saved = dict(zip([o.name for o in ks.forward.spec.outputs],
                      ks.forward(s["x"], s["wr"], s["w1"], s["w2"], top_k=k), strict=True))
@@ -169,11 +168,7 @@ def phase_split(ks, s: dict, k: int, launches: int = 5) -> dict:  # noqa: ANN001
              "backward": lambda: ks.backward(s["dy"], s["x"], s["wr"], s["w1"], s["w2"],
                                              *(saved[n] for n in SAVED))}
     for kernel, call in calls.items():
-        runs = []
-        for _ in range(launches + 1):
-            call()
-            runs.append(ks[kernel].phase_times())
-        out[kernel] = {name: statistics.median(r[name] for r in runs[1:]) for name in runs[0]}
+        out[kernel] = phase_medians(call, ks[kernel], launches)
     return out
 
 
