@@ -116,14 +116,15 @@ def run(build: Path, rounds: int, out: Path | None,
     import torch
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for recipe in recipes:
+        for m in SWEPT_MS:
             for k, n in SHAPES:
-                for m in SWEPT_MS:
+                for recipe in recipes:
                     rows.append(sweep(build / "sm_90a" / recipe, recipe, m, n, k, rounds,
                                       Path(scratch)))
-    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
-    if out:
-        write_rows(out, data, recipes, RECIPES)
+                    if out:     # after each case: a run cut short keeps what it measured
+                        data = {"gpu": torch.cuda.get_device_name(),
+                                "torch": torch.__version__, "rows": rows}
+                        write_rows(out, data, recipes, RECIPES)
 
 
 def relative(row: dict, name: str) -> str:
