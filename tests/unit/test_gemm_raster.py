@@ -48,12 +48,7 @@ def test_the_report_puts_each_candidate_over_the_built_bind(tmp_path: Path) -> N
     data.write_text(json.dumps({"gpu": "G", "torch": "T", "rows": rows}))
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n")
-    original = raster.put_section
-    raster.put_section = lambda heading, text: original(heading, text, results)
-    try:
-        raster.report(data)
-    finally:
-        raster.put_section = original
+    raster.report(data, results)
     text = results.read_text()
     assert "## GEMM raster groups (G)" in text
     assert "group_m 16 1.111x / 1.250x" in text          # built 1.0 over 0.9, 1.0 over 0.8
