@@ -182,7 +182,7 @@ def run(build: Path, rounds: int, out: Path | None,
     # loop runs it many times over one graph (retain_graph).
     torch._functorch.config.donated_buffer = False
     peak, _ = ceilings()
-    rows = []
+    rows, gpu = [], torch.cuda.get_device_name()
     for recipe in recipes:
         kernels = {"linked": pipelink.load(build / "sm_90a" / recipe),
                    "mono": pipelink.load(build / "mono" / recipe)}
@@ -205,8 +205,8 @@ def run(build: Path, rounds: int, out: Path | None,
                   f"{e['mono']:.3f} sdpa {cell(e.get('sdpa'), '.3f')} flex "
                   f"{e['flex']:.3f} | {flops / e['linked'] / 1e9:.0f} TFLOP/s", flush=True)
             if out:     # after each case: a run cut short keeps what it measured
-                data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-                        "peak_tflops": peak, "rows": rows}
+                data = {"gpu": gpu, "torch": torch.__version__, "peak_tflops": peak,
+                        "rows": rows}
                 write_rows(out, data, recipes, RECIPES)
 
 

@@ -18,7 +18,6 @@ candidates; and triton.testing.do_bench (L2 flushed).
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from rebind import rebound_copy  # noqa: E402
 from results_md import RESULTS, bench_main, put_report, write_rows  # noqa: E402
 
 from bench.attention import mask_mod_of, mask_recipe, shapes_of  # noqa: E402
@@ -54,16 +54,8 @@ def bind_text(kernel: str, section: int | None) -> str:
 def with_sections(folder: Path, binds: dict[str, str], into: Path) -> Path:
     """A copy of a built multi-kernel folder whose kernels bind ``sched.section`` as
     `binds` says (kernel -> expression); every other byte is the built one's."""
-    copy = into / folder.name
-    shutil.copytree(folder, copy)
-    for kernel, text in binds.items():
-        path = copy / kernel / "kernel.json"
-        meta = json.loads(path.read_text())
-        if BIND not in meta["launch"]["bind"]:
-            raise SystemExit(f"{path}: no {BIND} bind to sweep")
-        meta["launch"]["bind"][BIND] = text
-        path.write_text(json.dumps(meta, indent=1))
-    return copy
+    return rebound_copy(folder, into / folder.name, BIND,
+                        {f"{kernel}/kernel.json": text for kernel, text in binds.items()})
 
 
 def variants(pairs: int, built: int) -> dict[str, int | None]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from rebind import rebound_copy  # noqa: E402
 from results_md import RESULTS, bench_main, put_report, write_rows  # noqa: E402
 
 from bench.gemm_swiglu import MS, SHAPES, flushed, geomean, interleaved  # noqa: E402
@@ -48,15 +48,8 @@ TOLERANCE = 1e-2                # max |diff| against the built bind's output, re
 def with_group(folder: Path, group_m: int, into: Path) -> Path:
     """A copy of a built recipe folder whose kernel binds ``sched.group_m`` to
     `group_m`; every other byte is the built one's."""
-    copy = into / f"{folder.name}_g{group_m}"
-    shutil.copytree(folder, copy)
-    path = copy / "kernel.json"
-    meta = json.loads(path.read_text())
-    if BIND not in meta["launch"]["bind"]:
-        raise SystemExit(f"{path}: no {BIND} bind to sweep")
-    meta["launch"]["bind"][BIND] = str(group_m)
-    path.write_text(json.dumps(meta, indent=1))
-    return copy
+    return rebound_copy(folder, into / f"{folder.name}_g{group_m}", BIND,
+                        {"kernel.json": str(group_m)})
 
 
 def built_group(folder: Path) -> int:
@@ -114,7 +107,7 @@ def sweep(folder: Path, recipe: str, m: int, n: int, k: int, rounds: int,
 def run(build: Path, rounds: int, out: Path | None,
         recipes: tuple[str, ...] = RECIPES) -> None:
     import torch
-    rows = []
+    rows, gpu = [], torch.cuda.get_device_name()
     with tempfile.TemporaryDirectory() as scratch:
         for m in SWEPT_MS:
             for k, n in SHAPES:
@@ -122,8 +115,7 @@ def run(build: Path, rounds: int, out: Path | None,
                     rows.append(sweep(build / "sm_90a" / recipe, recipe, m, n, k, rounds,
                                       Path(scratch)))
                     if out:     # after each case: a run cut short keeps what it measured
-                        data = {"gpu": torch.cuda.get_device_name(),
-                                "torch": torch.__version__, "rows": rows}
+                        data = {"gpu": gpu, "torch": torch.__version__, "rows": rows}
                         write_rows(out, data, recipes, RECIPES)
 
 
