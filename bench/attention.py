@@ -253,10 +253,10 @@ def run(build: Path, rounds: int, out: Path | None,
             print(f"{recipe} B{b} H{h} S{s} D{d} | linked {e['linked']:.3f} mono "
                   f"{e['mono']:.3f} sdpa {cell(e.get('sdpa'), '.3f')} flex "
                   f"{e['flex']:.3f} | {flops / e['linked'] / 1e9:.0f} TFLOP/s", flush=True)
-    data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "peak_tflops": peak, "rows": rows}
-    if out:
-        write_rows(out, data, recipes, RECIPES)
+            if out:     # after each case: a run cut short keeps what it measured
+                data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                        "peak_tflops": peak, "rows": rows}
+                write_rows(out, data, recipes, RECIPES)
 
 
 def cell(value: float | None, spec: str) -> str:
