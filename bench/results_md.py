@@ -60,14 +60,17 @@ def bench_main(run: Callable[..., object], report: Callable[[Path], None], round
 
 
 def write_rows(out: Path, data: dict, timed: tuple[str, ...], order: tuple[str, ...]) -> None:
-    """Writes a run's JSON to `out` atomically. A run that timed only some recipes keeps
+    """Writes a run's JSON to `out` atomically. A run that times only some recipes keeps
     the rows of the others from the file already there (same GPU and torch only), so a
-    partial rerun refreshes its rows and leaves the rest of the report whole."""
+    partial rerun refreshes its rows and leaves the rest of the report whole; while it
+    runs (a bench writes after each case), a recipe it has yet to reach keeps its rows
+    too, so a run cut short loses none."""
     rows = list(data["rows"])
     if out.is_file() and set(timed) != set(order):
         old = json.loads(out.read_text())
         if (old.get("gpu"), old.get("torch")) == (data["gpu"], data["torch"]):
-            rows += [r for r in old["rows"] if r["recipe"] not in timed]
+            measured = {r["recipe"] for r in rows}
+            rows += [r for r in old["rows"] if r["recipe"] not in measured]
     rows.sort(key=lambda r: order.index(r["recipe"]))     # stable: shapes keep their order
     write_text(out, json.dumps({**data, "rows": rows}, indent=1) + "\n")
 

@@ -70,6 +70,11 @@ def test_a_partial_rerun_keeps_the_other_recipes_rows_of_the_same_gpu(tmp_path: 
     results_md.write_rows(out, {**first, "rows": [{"recipe": "r1", "v": 3}]}, ("r1",), order)
     assert json.loads(out.read_text())["rows"] == [{"recipe": "r1", "v": 3},
                                                    {"recipe": "r2", "v": 1}]
+    # Cut short after r2: r1, timed too but not reached, keeps its rows.
+    results_md.write_rows(out, {**first, "rows": [{"recipe": "r2", "v": 5}]}, ("r2", "r1"),
+                          ("r1", "r2", "r3"))
+    assert json.loads(out.read_text())["rows"] == [{"recipe": "r1", "v": 3},
+                                                   {"recipe": "r2", "v": 5}]
     # Rows of another GPU are not mixed in.
     results_md.write_rows(out, {"gpu": "H100", "torch": "2.11",
                                 "rows": [{"recipe": "r2", "v": 4}]}, ("r2",), order)
