@@ -109,11 +109,11 @@ def mismatch(a, b) -> float:  # noqa: ANN001  (torch tensors)
     return float((a - b).abs().max()) / scale if scale > 0 else 0.0
 
 
-def compare(before: Path, after: Path, sizes: dict[str, int], rounds: int) -> dict:
-    """One size set: both kernels on the same inputs, outputs compared, times."""
+def compare(before: Path, after: Path, ops: dict, sizes: dict[str, int], rounds: int) -> dict:
+    """One size set: both kernels (`ops`, loaded from the two folders) on the same
+    inputs, outputs compared, times."""
     import torch
 
-    import pipelink
     from bench.gemm_swiglu import flushed
     shapes = input_shapes(before, sizes)
     if shapes != input_shapes(after, sizes):
@@ -122,7 +122,6 @@ def compare(before: Path, after: Path, sizes: dict[str, int], rounds: int) -> di
     gen = torch.Generator(device="cuda").manual_seed(0)
     inputs = [torch.randn(shape, generator=gen, device="cuda").to(getattr(torch, FLOAT_DTYPES[d]))
               for _, d, shape in shapes]
-    ops = {"before": pipelink.load(before), "after": pipelink.load(after)}
     outputs = launch_of(before)["outputs"]
     # Floating outputs start as NaN, so an element one kernel leaves unwritten fails.
     outs = {k: tuple(poisoned(o, sizes, where=f"{before}: output '{o['name']}'")
@@ -169,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     try:
-        rows = [compare(a.before, a.after, sizes, a.rounds) for sizes in a.sizes]
+        import pipelink
+        for folder in (a.before, a.after):
+            launch_of(folder)       # refused with the fix before the loader sees it
+        ops = {"before": pipelink.load(a.before), "after": pipelink.load(a.after)}
+        rows = [compare(a.before, a.after, ops, sizes, a.rounds) for sizes in a.sizes]
     except PipeLinkError as e:
         print(f"compare_builds: {e}", file=sys.stderr)
         return 2
