@@ -346,6 +346,16 @@ __device__ __forceinline__ void store_row_x32(uint32_t taddr, const uint32_t (&v
          PL_TCGEN05_S8(v, 24) : "memory");
 }
 
+// store_row_x32 at half the width: columns (taddr's column) .. + 15 of the lane.
+__device__ __forceinline__ void store_row_x16(uint32_t taddr, const uint32_t (&v)[16]) {
+  asm volatile(
+      "tcgen05.st.sync.aligned.32x32b.x16.b32 [%0], {"
+      "%1, %2, %3, %4, %5, %6, %7, %8,"
+      "%9, %10, %11, %12, %13, %14, %15, %16"
+      "};"
+      :: "r"(taddr), PL_TCGEN05_S8(v, 0), PL_TCGEN05_S8(v, 8) : "memory");
+}
+
 // Waits until this thread's tcgen05.st have written Tensor Memory.
 __device__ __forceinline__ void wait_store() {
   asm volatile("tcgen05.wait::st.sync.aligned;" ::: "memory");
