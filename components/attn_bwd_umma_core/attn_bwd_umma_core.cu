@@ -33,11 +33,11 @@ constexpr uint32_t kQuerySteps = kTileQ / pl::tcgen05::kK;    // of dV and dK
 constexpr uint32_t kKeySteps = kTileN / pl::tcgen05::kK;      // of dQ^T
 constexpr uint32_t kPair = pl::tcgen05::kPerColumn16;        // bf16 per TMEM column
 constexpr uint32_t kPackedStep = pl::tcgen05::kK / kPair;     // P^T / dS^T columns per MMA
-constexpr uint32_t kPacked = kTileQ / kPair;                  // bf16 pairs per P^T row
 constexpr uint32_t kRowHalves = 2;                            // S^T read half a row at a time
 constexpr uint32_t kHalfRow = kTileQ / kRowHalves;
+constexpr uint32_t kHalfPacked = kHalfRow / kPair;            // bf16 pairs per half row
 constexpr uint32_t kChunkElems = pl::epi::kChunkBytes / sizeof(Element);   // 8 per 16 bytes
-constexpr uint32_t kRowChunks = kTileQ / kChunkElems;         // 16-byte chunks per dS^T row
+constexpr uint32_t kHalfChunks = kHalfRow / kChunkElems;      // 16-byte dS^T chunks per half
 constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));
 constexpr float kScaleLog2 = kScale * pl::attn::kLog2e;
 constexpr float kInf = __builtin_huge_valf();
@@ -60,6 +60,7 @@ static_assert(kHeadDim == pl::tcgen05::kFullM || kHeadDim == pl::tcgen05::kM,
 static_assert(kTileQ * sizeof(Element) == pl::epi::kSwizzleRowBytes,
               "a key's dS^T is one 128-byte swizzled row of dQ's operand: tile_q = 64");
 static_assert(kTileQ == pl::epi::kTmemLoadColumns, "a step's S^T row is one 64-column load");
+static_assert(kHalfPacked == 16, "a half row's pairs are one tcgen05.st .x16: tile_q = 64");
 static_assert(pl::attn::kStatsRows * kTileQ == kTileN,
               "one thread of the warpgroup stages each float of a step's statistics");
 
@@ -211,40 +212,45 @@ __device__ __forceinline__ float staged_stat(uint32_t buffer, uint32_t kind, uin
   return pl::ld_shared_f32(buffer + (kind * kTileQ + i) * uint32_t(sizeof(float)));
 }
 
-// An empty statement that claims to rewrite the half row of pairs from `first`: their
-// computation cannot move past it.
-__device__ __forceinline__ void settle(uint32_t (&pairs)[kPacked], uint32_t first) {
-  constexpr uint32_t kGroup = 8;
-  static_assert(kHalfRow / kPair % kGroup == 0, "settle whole groups of 8 pairs");
-#pragma unroll
-  for (uint32_t i = first; i < first + kHalfRow / kPair; i += kGroup) {
-    asm volatile("" : "+r"(pairs[i + 0]), "+r"(pairs[i + 1]), "+r"(pairs[i + 2]),
-                      "+r"(pairs[i + 3]), "+r"(pairs[i + 4]), "+r"(pairs[i + 5]),
-                      "+r"(pairs[i + 6]), "+r"(pairs[i + 7]));
-  }
-}
-
 // Whose scores a step's are, for the score modifier: the sequence and the query head.
 struct ScoreOf {
   int32_t sequence;
   int32_t head;
 };
 
+// This key's half row of dS^T (16-byte chunks from `first`) into the shared [tile_n
+// keys] x [tile_q queries] tile, 128-byte swizzled (row r's chunk c at chunk c ^ (r % 8)):
+// dQ^T's GEMM reads it as dS, MN-major.
+__device__ __forceinline__ void stage_score_grads(uint32_t buffer, uint32_t row, uint32_t first,
+                                                  const uint32_t (&packed)[kHalfPacked]) {
+  constexpr uint32_t kWordsPerChunk = pl::epi::kChunkBytes / sizeof(uint32_t);
+#pragma unroll
+  for (uint32_t c = 0; c < kHalfChunks; ++c) {
+    const uint32_t* w = packed + c * kWordsPerChunk;
+    pl::st_shared_v4(buffer + pl::epi::sw128_offset(row, first + c), w[0], w[1], w[2], w[3]);
+  }
+}
+
 // P^T = exp2(scale log2e S^T - LSE2) (0 where masked) and dS^T = scale P^T (dP^T -
-// delta) along this thread's key row, as bf16 pairs (the lower query in the low half).
-// With a score modifier m, P^T = exp2(log2e m(scale S^T) - LSE2) and dS^T takes m' (the
-// interface's grad, given the score).
-// Half a row at a time, read from Tensor Memory just before: S^T and dP^T of the whole
-// row would not fit beside the pairs in the role's registers.
-__device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row,
+// delta) along this thread's key row, as bf16 pairs (the lower query in the low half),
+// written to Tensor Memory (p_row, ds_row) and dS^T to the shared tile (ds_tile, row
+// `key`). With a score modifier m, P^T = exp2(log2e m(scale S^T) - LSE2) and dS^T takes
+// m' (the interface's grad, given the score).
+// Half a row at a time: S^T and dP^T read from Tensor Memory just before, the pairs
+// written out just after. Holding S^T and dP^T of the whole row, or the first half's
+// pairs through the second half, would leave too few of the role's registers for the
+// statistics the compiler loads ahead and for the values every role keeps live (the
+// thread index: at head dim 64 the linked kernel spilled it). The stores are volatile
+// statements, which keep their order: the next half's loads wait for this half's pairs.
+__device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row, uint32_t p_row,
+                                               uint32_t ds_row, uint32_t ds_tile, uint32_t key,
                                                const pl::KernelInfo& k, uint32_t stats,
-                                               StepTile t, ScoreOf of,
-                                               uint32_t (&p_pairs)[kPacked],
-                                               uint32_t (&ds_pairs)[kPacked]) {
+                                               StepTile t, ScoreOf of) {
   const bool identity = pl_attn_bwd_umma_core_score_identity(k);   // a constant after LTO
 #pragma unroll
   for (uint32_t half = 0; half < kRowHalves; ++half) {
     float s[kHalfRow], dp[kHalfRow];
+    uint32_t p_pairs[kHalfPacked], ds_pairs[kHalfPacked];
     pl::tcgen05::start_load_row_x32(s_row + half * kHalfRow, s);
     pl::tcgen05::start_load_row_x32(dp_row + half * kHalfRow, dp);
     pl::tcgen05::wait_loaded(s);
@@ -274,28 +280,12 @@ __device__ __forceinline__ void step_gradients(uint32_t s_row, uint32_t dp_row,
         ds[h] = kScale * p[h] * (dp[j + h] - staged_stat(stats, pl::attn::kDeltaRow, i));
         if (!identity) ds[h] *= slope;
       }
-      const uint32_t pair = (half * kHalfRow + j) / kPair;
-      p_pairs[pair] = pl::epi::pack_bf16x2(p[0], p[1]);
-      ds_pairs[pair] = pl::epi::pack_bf16x2(ds[0], ds[1]);
+      p_pairs[j / kPair] = pl::epi::pack_bf16x2(p[0], p[1]);
+      ds_pairs[j / kPair] = pl::epi::pack_bf16x2(ds[0], ds[1]);
     }
-    // This half's pairs are final before the next half's loads (volatile statements keep
-    // their order): otherwise the compiler starts both halves' loads together and holds
-    // S^T and dP^T whole after all.
-    settle(p_pairs, half * kHalfRow / kPair);
-    settle(ds_pairs, half * kHalfRow / kPair);
-  }
-}
-
-// This key's dS^T row into the shared [tile_n keys] x [tile_q queries] tile, 128-byte
-// swizzled (row r's 16-byte chunk c at chunk c ^ (r % 8)): dQ^T's GEMM reads it as dS,
-// MN-major.
-__device__ __forceinline__ void stage_score_grads(uint32_t buffer, uint32_t row,
-                                                  const uint32_t (&packed)[kPacked]) {
-  constexpr uint32_t kWordsPerChunk = pl::epi::kChunkBytes / sizeof(uint32_t);
-#pragma unroll
-  for (uint32_t c = 0; c < kRowChunks; ++c) {
-    const uint32_t* w = packed + c * kWordsPerChunk;
-    pl::st_shared_v4(buffer + pl::epi::sw128_offset(row, c), w[0], w[1], w[2], w[3]);
+    stage_score_grads(ds_tile, key, half * kHalfChunks, ds_pairs);
+    pl::tcgen05::store_row_x16(p_row + half * kHalfPacked, p_pairs);
+    pl::tcgen05::store_row_x16(ds_row + half * kHalfPacked, ds_pairs);
   }
 }
 
@@ -364,16 +354,12 @@ extern "C" __device__ void pl_attn_bwd_umma_core_grad(const pl_place_attn_bwd_um
                                                    kv_first, kv_first + int32_t(kTileN));
     pl::mbar::wait(at.mbar.s_full, st.s.phase);
     pl::tcgen05::fence_after_thread_sync();
-    uint32_t p_pairs[kPacked], ds_pairs[kPacked];
-    step_gradients(lanes + at.tmem.s, lanes + at.tmem.dp, k, stats, t,
-                   ScoreOf{tile.group, qs.head}, p_pairs, ds_pairs);
-    pl::tcgen05::store_row_x32(lanes + at.tmem.p, p_pairs);
-    pl::tcgen05::store_row_x32(lanes + at.tmem.ds, ds_pairs);
-    // The row's eight swizzled chunk addresses, derived per step: kept across the
-    // record loop they would hold eight registers the role does not have.
-    uint32_t ds_tile = at.smem.ds, ds_row = row;
-    asm volatile("" : "+r"(ds_tile), "+r"(ds_row));
-    stage_score_grads(ds_tile, ds_row, ds_pairs);
+    // The row's swizzled chunk addresses, derived per step: kept across the record loop
+    // they would hold eight registers the role does not have.
+    uint32_t ds_tile = at.smem.ds, ds_key = row;
+    asm volatile("" : "+r"(ds_tile), "+r"(ds_key));
+    step_gradients(lanes + at.tmem.s, lanes + at.tmem.dp, lanes + at.tmem.p, lanes + at.tmem.ds,
+                   ds_tile, ds_key, k, stats, t, ScoreOf{tile.group, qs.head});
     pl::fence_proxy_async_smem();          // the tensor core reads dS^T next
     pl::tcgen05::wait_store();
     pl::tcgen05::fence_before_thread_sync();
