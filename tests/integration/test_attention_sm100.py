@@ -257,11 +257,15 @@ def test_backward_tensor_memory_and_lanes(backward, name):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", ["attn_dense", "attn_softcap", "attn_alibi"])
+@pytest.mark.parametrize("name", ["attn_dense", "attn_softcap", "attn_alibi", "attn_dense_d64",
+                                  "attn_sliding_d64"])
 def test_backwards_that_need_the_registers_link_without_spills(link_repo_kernel, name):
     """no_mask's longer per-row work, or a score modifier's score and derivative per
     element, on the gradient warpgroup's row: with dK and dV stored from one warpgroup it
-    has the registers (216) for them, and the linked kernel stays out of local memory."""
+    has the registers (216) for them, and the linked kernel stays out of local memory. At
+    head dim 64 no_mask's and the sliding window's gradient warpgroup left no register
+    for the thread index every role keeps, which spilled, until it wrote each half row's
+    P^T and dS^T out before reading the next."""
     linked, mono = (link_repo_kernel(name, ARCH, mode, "backward") for mode in ("linked", "mono"))
     ops = sass_instructions(linked.cubin)
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
