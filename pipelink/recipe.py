@@ -20,7 +20,7 @@ from typing import Any
 
 from .contract import Contract, load_contract, read_yaml, schema_error
 from .errors import ContractError, RecipeError
-from .schema import IDENT, RECIPE_SCHEMA, Validator
+from .schema import ARCHS, IDENT, RECIPE_SCHEMA, Validator
 
 _VALIDATOR = Validator(RECIPE_SCHEMA)
 _CONNECTION = re.compile(r"^\s*(\w+)\.(\w+)\s*->\s*(\w+)\.(\w+)\s*$")
@@ -178,9 +178,25 @@ class Recipe:
                 raise RecipeError(f"instance '{name}' names no component for {arch}",
                                   where=self.where(f"instances.{name}"),
                                   hint="add component: or per_arch: {" + arch + ": ...}")
-            out[name] = Instance(name, component, dict(spec.get("params", {})),
+            out[name] = Instance(name, component, self._params_for(name, spec, arch),
                                  dict(spec.get("tunables", {})), spec.get("loop"),
                                  spec.get("lane"))
+        return out
+
+    def _params_for(self, name: str, spec: dict[str, Any], arch: str) -> dict[str, int | str]:
+        """The instance's params on ``arch``: a param written as ``{arch: value}`` takes
+        this arch's value (three consumer warpgroups' tile on sm_90a, tcgen05's on
+        sm_100a), and must have one."""
+        out = {}
+        for key, value in spec.get("params", {}).items():
+            if isinstance(value, dict):
+                if arch not in value:
+                    raise RecipeError(f"param '{key}' of instance '{name}' has no value for "
+                                      f"{arch}", where=self.where(f"instances.{name}.params.{key}"),
+                                      hint=f"add {arch}: <value> beside "
+                                           + ", ".join(f"{a}: {v}" for a, v in value.items()))
+                value = value[arch]
+            out[key] = value
         return out
 
 
@@ -190,6 +206,7 @@ def load_recipe(path: Path | str) -> Recipe:
     where = str(path)
     data = _with_likes(data, where)
     data = _with_constants(data, where)
+    _check_per_arch_params(data, where)
     schema_error(_VALIDATOR, data, where, RecipeError)
     if "kernels" in data:
         top = [k for k in KERNEL_KEYS if k in data]
@@ -331,6 +348,25 @@ def _with_constants(data: dict[str, Any], where: str) -> dict[str, Any]:
             return value_of(whole[1], key)
         return _CONSTANT.sub(lambda m: str(value_of(m[1], key)), node)
     return walk(data, "")
+
+
+def _check_per_arch_params(data: dict[str, Any], where: str) -> None:
+    """A param written per arch names known archs (the schema would only say the
+    instance matches no form)."""
+    kernels = data.get("kernels")
+    groups = [("", data)] + ([(f"kernels.{k}.", v) for k, v in kernels.items()
+                              if isinstance(v, dict)] if isinstance(kernels, dict) else [])
+    for prefix, kernel in groups:
+        instances = kernel.get("instances")
+        for name, spec in (instances.items() if isinstance(instances, dict) else ()):
+            params = spec.get("params") if isinstance(spec, dict) else None
+            for key, value in (params.items() if isinstance(params, dict) else ()):
+                unknown = [a for a in value if a not in ARCHS] if isinstance(value, dict) else []
+                if unknown:
+                    raise RecipeError(f"param '{key}' of instance '{name}' gives a value for "
+                                      f"{unknown[0]!r}, which is not an arch",
+                                      where=f"{where}: {prefix}instances.{name}.params.{key}",
+                                      hint="archs: " + ", ".join(ARCHS))
 
 
 def _merge(base: Any, over: Any) -> Any:

@@ -259,8 +259,13 @@ INSTANCES = _map({"oneOf": [
                        "additionalProperties": {"type": "string"},
                        "description": "arch -> component, where an arch needs another"},
           "params": {"type": "object", "propertyNames": IDENT,
-                     "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
-                     "description": "compile-time params of the component"},
+                     "additionalProperties": {"oneOf": [
+                         {"type": "integer"}, PARAM_STRING,
+                         {"type": "object", "propertyNames": {"enum": ARCHS}, "minProperties": 1,
+                          "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
+                          "description": "arch -> value, where the value differs per arch"}]},
+                     "description": "compile-time params of the component; a value written "
+                                    "{arch: value} differs per arch"},
           "tunables": {"type": "object", "additionalProperties": {"oneOf": [
               {"type": "integer"},
               {"type": "array", "items": {"type": "integer"}}]},

@@ -91,3 +91,43 @@ def test_bad_constants_are_refused_naming_the_key(tmp_path, constants, needle, k
     with pytest.raises(RecipeError) as e:
         load_recipe(path)
     assert needle in str(e.value) and f"{path}: {key}" in str(e.value), str(e.value)
+
+
+PER_ARCH = """recipe: base
+arch: [sm_90a, sm_100a]
+instances:
+  a: {component: row_store, params: {tile: {sm_90a: 192, sm_100a: 128}, dtype: bf16}}
+"""
+
+
+def test_a_param_takes_its_value_per_arch(tmp_path):
+    """``{arch: value}`` for a param: each arch's instance gets its own value; a recipe
+    that extends the base writes over one arch's and keeps the other's."""
+    recipe = load_recipe(_write(tmp_path, "base", PER_ARCH))
+    assert recipe.instances("sm_90a")["a"].params == {"tile": 192, "dtype": "bf16"}
+    assert recipe.instances("sm_100a")["a"].params == {"tile": 128, "dtype": "bf16"}
+    _write(tmp_path, "ext", "recipe: ext\nextends: base\n"
+                            "instances:\n  a: {params: {tile: {sm_90a: 64}}}\n")
+    ext = load_recipe(tmp_path / "ext.yaml")
+    assert [ext.instances(a)["a"].params["tile"] for a in ("sm_90a", "sm_100a")] == [64, 128]
+
+
+def test_a_per_arch_param_without_the_arch_built_is_refused_naming_it(tmp_path):
+    path = _write(tmp_path, "base", PER_ARCH.replace("{sm_90a: 192, sm_100a: 128}",
+                                                     "{sm_90a: 192}"))
+    recipe = load_recipe(path)
+    assert recipe.instances("sm_90a")["a"].params["tile"] == 192
+    with pytest.raises(RecipeError) as e:
+        recipe.instances("sm_100a")
+    text = str(e.value)
+    assert "param 'tile' of instance 'a' has no value for sm_100a" in text, text
+    assert f"{path}: instances.a.params.tile" in text and "add sm_100a:" in text, text
+
+
+def test_a_per_arch_param_naming_an_unknown_arch_is_refused(tmp_path):
+    path = _write(tmp_path, "base", PER_ARCH.replace("sm_100a: 128}", "sm_100: 128}"))
+    with pytest.raises(RecipeError) as e:
+        load_recipe(path)
+    text = str(e.value)
+    assert "gives a value for 'sm_100', which is not an arch" in text, text
+    assert f"{path}: instances.a.params.tile" in text and "sm_100a" in text, text
