@@ -256,7 +256,7 @@ def run(build: Path, rounds: int, out: Path | None,
             if out:     # after each case: a run cut short keeps what it measured
                 data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                         "peak_tflops": peak, "rows": rows}
-                write_rows(out, data, recipes, RECIPES)
+                write_rows(out, data, RECIPES)
 
 
 def cell(value: float | None, spec: str) -> str:

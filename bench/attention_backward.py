@@ -207,7 +207,7 @@ def run(build: Path, rounds: int, out: Path | None,
             if out:     # after each case: a run cut short keeps what it measured
                 data = {"gpu": gpu, "torch": torch.__version__, "peak_tflops": peak,
                         "rows": rows}
-                write_rows(out, data, recipes, RECIPES)
+                write_rows(out, data, RECIPES)
 
 
 def report(path: Path) -> None:

@@ -174,7 +174,7 @@ def run(build: Path, rounds: int, out: Path | None,
                 rows += sweep(build / "sm_90a" / recipe, recipe, shape, rounds, Path(scratch))
     data = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     if out:
-        write_rows(out, data, recipes, RECIPES)
+        write_rows(out, data, RECIPES)
 
 
 def table_lines(rows: list[dict]) -> list[str]:

@@ -116,7 +116,7 @@ def run(build: Path, rounds: int, out: Path | None,
                                       Path(scratch)))
                     if out:     # after each case: a run cut short keeps what it measured
                         data = {"gpu": gpu, "torch": torch.__version__, "rows": rows}
-                        write_rows(out, data, recipes, RECIPES)
+                        write_rows(out, data, RECIPES)
 
 
 def relative(row: dict, name: str) -> str:

@@ -59,18 +59,19 @@ def bench_main(run: Callable[..., object], report: Callable[[Path], None], round
     run(Path(a.build), a.rounds, Path(a.json) if a.json else None, **extra)
 
 
-def write_rows(out: Path, data: dict, timed: tuple[str, ...], order: tuple[str, ...]) -> None:
-    """Writes a run's JSON to `out` atomically. A run that times only some recipes keeps
-    the rows of the others from the file already there (same GPU and torch only), so a
-    partial rerun refreshes its rows and leaves the rest of the report whole; while it
-    runs (a bench writes after each case), a recipe it has yet to reach keeps its rows
-    too, so a run cut short loses none."""
+def write_rows(out: Path, data: dict, order: tuple[str, ...]) -> None:
+    """Writes a run's JSON to `out` atomically, its rows in recipe `order`. A recipe the
+    run has not measured (not timed, or not reached yet: a bench writes after each case,
+    so a run cut short loses none) keeps its rows from the file already there, where it
+    is the same GPU and torch and the recipe is still in `order`; so a partial rerun
+    refreshes its rows and leaves the rest of the report whole."""
     rows = list(data["rows"])
-    if out.is_file() and set(timed) != set(order):
+    if out.is_file():
         old = json.loads(out.read_text())
         if (old.get("gpu"), old.get("torch")) == (data["gpu"], data["torch"]):
             measured = {r["recipe"] for r in rows}
-            rows += [r for r in old["rows"] if r["recipe"] not in measured]
+            rows += [r for r in old["rows"]
+                     if r["recipe"] not in measured and r["recipe"] in order]
     rows.sort(key=lambda r: order.index(r["recipe"]))     # stable: shapes keep their order
     write_text(out, json.dumps({**data, "rows": rows}, indent=1) + "\n")
 

@@ -66,16 +66,19 @@ def test_a_partial_rerun_keeps_the_other_recipes_rows_of_the_same_gpu(tmp_path: 
     order = ("r1", "r2")
     first = {"gpu": "H200", "torch": "2.11", "rows": [{"recipe": "r2", "v": 1},
                                                      {"recipe": "r1", "v": 2}]}
-    results_md.write_rows(out, first, order, order)
-    results_md.write_rows(out, {**first, "rows": [{"recipe": "r1", "v": 3}]}, ("r1",), order)
+    results_md.write_rows(out, first, order)
+    results_md.write_rows(out, {**first, "rows": [{"recipe": "r1", "v": 3}]}, order)
     assert json.loads(out.read_text())["rows"] == [{"recipe": "r1", "v": 3},
                                                    {"recipe": "r2", "v": 1}]
-    # Cut short after r2: r1, timed too but not reached, keeps its rows.
-    results_md.write_rows(out, {**first, "rows": [{"recipe": "r2", "v": 5}]}, ("r2", "r1"),
-                          ("r1", "r2", "r3"))
+    # A run of every recipe cut short after r2: r1, not reached, keeps its rows.
+    results_md.write_rows(out, {**first, "rows": [{"recipe": "r2", "v": 5}]}, order)
     assert json.loads(out.read_text())["rows"] == [{"recipe": "r1", "v": 3},
                                                    {"recipe": "r2", "v": 5}]
+    # A recipe no longer in the bench's order leaves with the next run.
+    results_md.write_rows(out, {**first, "rows": [{"recipe": "r2", "v": 6}]}, ("r2",))
+    assert json.loads(out.read_text())["rows"] == [{"recipe": "r2", "v": 6}]
     # Rows of another GPU are not mixed in.
+    results_md.write_rows(out, first, order)
     results_md.write_rows(out, {"gpu": "H100", "torch": "2.11",
-                                "rows": [{"recipe": "r2", "v": 4}]}, ("r2",), order)
+                                "rows": [{"recipe": "r2", "v": 4}]}, order)
     assert json.loads(out.read_text())["rows"] == [{"recipe": "r2", "v": 4}]
