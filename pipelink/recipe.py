@@ -184,9 +184,9 @@ class Recipe:
         return out
 
     def _params_for(self, name: str, spec: dict[str, Any], arch: str) -> dict[str, int | str]:
-        """The instance's params on ``arch``: a param written as ``{arch: value}`` takes
-        this arch's value (three consumer warpgroups' tile on sm_90a, tcgen05's on
-        sm_100a), and must have one."""
+        """The instance's params on ``arch``: a param written as ``{arch: value}`` (a
+        tile one arch's code takes and another's cannot, say) takes this arch's value,
+        and must have one."""
         out = {}
         for key, value in spec.get("params", {}).items():
             if isinstance(value, dict):
