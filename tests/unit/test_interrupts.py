@@ -5,11 +5,13 @@ it inside its handler, so a held Ctrl-C ends the step with one line and status 1
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -65,3 +67,38 @@ def test_a_step_started_with_a_held_ctrl_c_ends_with_one_line():
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr == "pipelink: interrupted\n"
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+
+def _scons_tool() -> ModuleType:
+    """The SCons tool (site_scons/site_tools/pipelink), under a name of its own: the
+    package it sits beside is also called pipelink."""
+    path = ROOT / "site_scons" / "site_tools" / "pipelink" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("pipelink_scons_tool", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scons_tool_starts_a_step_with_sigint_blocked(tmp_path):
+    """Through the tool's SPAWN, a step's interpreter starts with SIGINT blocked even
+    where /bin/sh is dash, which clears the mask it inherits; other commands still run
+    under the shell."""
+    import SCons.Platform.posix as posix
+    spawn = _scons_tool()._spawn_with_sigint_held(posix.subprocess_spawn)
+    python = tmp_path / "python"   # stands in for the interpreter: reports its mask
+    python.write_text(f"#!{sys.executable}\n"
+                      "import signal, sys\n"
+                      "blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())\n"
+                      "open(sys.argv[-1], 'w').write(str(signal.SIGINT in blocked))\n")
+    python.chmod(0o755)
+    report = tmp_path / "a dir" / "mask.txt"   # a blank: SCons quotes the argument
+    report.parent.mkdir()
+    env = dict(os.environ)
+    args = [str(python), "-m", "pipelink.buildstep", posix.escape(str(report))]
+    assert spawn("sh", posix.escape, args[0], args, env) == 0
+    assert report.read_text() == "True"
+
+    shell = tmp_path / "shell.txt"   # not a step: the shell still reads the line
+    assert spawn("sh", posix.escape, "echo", ["echo", "$HOME", ">", str(shell)], env) == 0
+    assert shell.read_text().strip() == os.environ["HOME"]

@@ -45,7 +45,9 @@ import atexit
 import importlib
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +60,7 @@ import SCons.CacheDir
 import SCons.Errors
 import SCons.exitfuncs
 import SCons.Node
+import SCons.Platform.posix
 import SCons.Script
 from SCons.Environment import Base as Env
 from SCons.Node import Node
@@ -467,19 +470,39 @@ def _exit_130_if_interrupted() -> None:
         os._exit(130)
 
 
+STEP_MODULE = "pipelink.buildstep"
+
+
+def _unescaped(arg: str) -> str:
+    """An argument as it was before SCons's POSIX ``escape``, which quotes an argument
+    holding a blank and backslash-escapes its ``\\``, ``"`` and ``$``."""
+    if len(arg) >= 2 and arg[0] == arg[-1] == '"':
+        return re.sub(r"\\(.)", r"\1", arg[1:-1], flags=re.DOTALL)
+    return arg
+
+
 def _spawn_with_sigint_held(spawn: Callable[..., int]) -> Callable[..., int]:
-    """SCons's spawn, the step starting with SIGINT blocked (a child inherits its
-    thread's signal mask across fork and exec): a Ctrl-C that lands while the step's
-    interpreter starts stays pending until pipelink.buildstep unblocks it and ends the
-    step with one line, instead of CPython dying mid-start with "Fatal Python error"
-    and a traceback. The mask is this thread's only, for the step's run: SCons's own
-    SIGINT handler runs in the main thread, which a -j job thread leaves unblocked, and
-    under -j1 it runs as soon as the (interrupted) step returns."""
+    """SCons's spawn, with each pipelink step started with SIGINT blocked (a child
+    inherits its thread's signal mask across fork and exec): a Ctrl-C that lands while
+    the step's interpreter starts stays pending until pipelink.buildstep unblocks it and
+    ends the step with one line, instead of CPython dying mid-start with "Fatal Python
+    error" and a traceback.
+
+    A step runs without SCons's ``sh -c``: dash, Debian's /bin/sh, clears the signal
+    mask as it starts. Any other command goes through ``spawn`` as before. The mask is
+    this thread's only, for the step's run: SCons's own SIGINT handler runs in the main
+    thread, which a -j job thread leaves unblocked, and under -j1 it runs as soon as
+    the (interrupted) step returns."""
     def held(sh: str, escape: Callable[[str], str], cmd: str, args: list[str],
              env: dict[str, str]) -> int:
+        argv = [_unescaped(a) for a in args]
+        step = argv[1:3] == ["-m", STEP_MODULE] and escape is SCons.Platform.posix.escape
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            return spawn(sh, escape, cmd, args, env)
+            if not step:
+                return spawn(sh, escape, cmd, args, env)
+            status = subprocess.Popen(argv, env=env, close_fds=True).wait()
+            return 128 - status if status < 0 else status   # as sh reports a signal
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
     held.pipelink_held = True   # once per environment, however often the tool loads
