@@ -95,10 +95,28 @@ _PATTERN_WORDS = {
                        "not starting with a digit"),
     C_IDENT["pattern"]: ("not a C identifier", "letters, digits and _, not starting with a "
                          "digit"),
-    PARAM_STRING["pattern"]: ("not a param string", "a dtype, or a word of letters, digits "
-                              "and _ . + -"),
+    PARAM_STRING["pattern"]: ("not a param string", "letters, digits and _ . + -"),
     CONNECTION["pattern"]: ("not a connection", "write 'producer.port -> consumer.port'"),
 }
+
+
+def _narrowed(error: jsonschema.ValidationError,
+              validator: jsonschema.Validator) -> jsonschema.ValidationError:
+    """A oneOf/anyOf violation by a value of the type exactly one alternative takes, as
+    that alternative's own first violation: a mapping with a misspelt key is an unknown
+    key, not 'neither string nor object'."""
+    while error.validator in ("oneOf", "anyOf") and error.context \
+            and isinstance(error.validator_value, list):
+        fits = [i for i, alt in enumerate(error.validator_value)
+                if isinstance(alt, dict) and isinstance(alt.get("type"), str)
+                and validator.is_type(error.instance, alt["type"])]
+        inner = sorted((e for e in error.context if fits and e.relative_schema_path
+                        and e.relative_schema_path[0] == fits[0]),
+                       key=lambda e: (_path_order(e.absolute_path), e.message))
+        if len(fits) != 1 or not inner:
+            break
+        error = inner[0]
+    return error
 
 
 def schema_error(validator: jsonschema.Validator, data: Any, where: str,
@@ -109,7 +127,7 @@ def schema_error(validator: jsonschema.Validator, data: Any, where: str,
                     key=lambda e: (_path_order(e.absolute_path), e.message))
     if not errors:
         return
-    first = errors[0]
+    first = _narrowed(errors[0], validator)
     path = [_key_text(p) for p in first.absolute_path]
     message = first.message
     schema = first.schema if isinstance(first.schema, dict) else {}
