@@ -1365,6 +1365,12 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
     teams = {i: lane.teams for lane in lanes for i, _ in lane.members}
     for inst, b in bound.items():
         where = b.contract.path
+        for name in pins[inst].tunables:
+            if name not in b.contract.tunables:   # else a misspelt pin silently pins nothing
+                problems.add(f"instances.{inst}.tunables.{name}",
+                             f"pins '{name}', which is not a tunable of '{b.name}'",
+                             "its tunables: " + (", ".join(b.contract.tunables) or "none")
+                             + f" ({where}: tunables)")
         for name, values in b.contract.tunables.items():
             allowed = _pinned(values, pins[inst].tunables.get(name))
             if not allowed:

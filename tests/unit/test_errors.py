@@ -296,6 +296,13 @@ CASES = [
     Case("recipe_pin_outside_range", CheckError,
          (f"{RECIPE}: instances.load.tunables.stages", "pins 16 outside loader's range"),
          recipe=put("instances.load", {"component": "loader", "tunables": {"stages": 16}})),
+    Case("recipe_pin_unknown_tunable", CheckError,
+         (f"{RECIPE}: instances.load.tunables.stage", "pins 'stage', which is not a tunable "
+          "of 'loader'", "its tunables: stages"),
+         recipe=put("instances.load", {"component": "loader", "tunables": {"stage": 4}})),
+    Case("recipe_pin_on_component_without_tunables", CheckError,
+         (f"{RECIPE}: instances.store.tunables.stages", "its tunables: none"),
+         recipe=put("instances.store", {"component": "store", "tunables": {"stages": 4}})),
     Case("recipe_bind_unknown_argument", CheckError,
          (f"{RECIPE}: launch.bind.load.k_tile", "component 'loader' (instance 'load') has no "
           "argument 'k_tile'", "its args: src, k_tiles"),
