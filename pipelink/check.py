@@ -1410,6 +1410,8 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
             equal += _stage_ties(bound, t)
         if t.kind == "conversion":
             buffers += _converter_buffers(bound, t)
+    _check_pinned_ties(bound, transfers, {t.name: set(t.values) for t in tunables}, pins,
+                       problems)
     if tmem:
         buffers.append(Buffer(TMEM_ADDRESS_SLOT, Sized.const(TMEM_ADDRESS_BYTES),
                               TMEM_ADDRESS_BYTES, None,
@@ -1512,6 +1514,28 @@ def _private_buffers(b: BoundContract, inst: str, team: int) -> list[Buffer]:
 def _live(spec: dict[str, Any]) -> tuple[int, int] | None:
     live = spec.get("live")
     return (live[0], live[1]) if live else None
+
+
+def _check_pinned_ties(bound: dict[str, BoundContract], transfers: list[Transfer],
+                       allowed: dict[str, set[int]], pins: dict[str, Instance],
+                       problems: _Problems) -> None:
+    """Both ends of a zero-copy ring take one stage count: recipe pins with no value in
+    common are refused here, at the pin (the placer alone would name only contracts)."""
+    seen: set[tuple[str, str]] = set()
+    for t in transfers:
+        for a, b in _stage_ties(bound, t) if t.kind == "zero_copy" else ():
+            if (a, b) in seen or allowed[a] & allowed[b]:
+                continue
+            seen.add((a, b))
+            pinned = [n for n in (a, b)
+                      if n.split(".", 1)[1] in pins[n.split(".", 1)[0]].tunables]
+            if pinned:
+                inst, name = pinned[-1].split(".", 1)
+                problems.add(f"instances.{inst}.tunables.{name}",
+                             f"'{a}' may be {sorted(allowed[a])} and '{b}' "
+                             f"{sorted(allowed[b])}, but they size one ring ('{t.src} -> "
+                             f"{t.dst}', connect[{t.index}]) and must take one value",
+                             "pin both to one value, or drop a pin")
 
 
 def _stage_ties(bound: dict[str, BoundContract], t: Transfer) -> list[tuple[str, str]]:

@@ -303,6 +303,12 @@ CASES = [
     Case("recipe_pin_on_component_without_tunables", CheckError,
          (f"{RECIPE}: instances.store.tunables.stages", "its tunables: none"),
          recipe=put("instances.store", {"component": "store", "tunables": {"stages": 4}})),
+    Case("recipe_pins_of_one_ring_disagree", CheckError,
+         (f"{RECIPE}: instances.reduce.tunables.stages", "'load.stages' may be [3] and "
+          "'reduce.stages' [4]", "'load.tiles -> reduce.x', connect[0]", "pin both"),
+         recipe=chain(put("instances.load", {"component": "loader", "tunables": {"stages": 3}}),
+                      put("instances.reduce", {"component": "reducer",
+                                               "tunables": {"stages": 4}}))),
     Case("recipe_bind_unknown_argument", CheckError,
          (f"{RECIPE}: launch.bind.load.k_tile", "component 'loader' (instance 'load') has no "
           "argument 'k_tile'", "its args: src, k_tiles"),
