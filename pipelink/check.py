@@ -769,6 +769,12 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
     sizes = set(HOST_SIZES)
     for group in ("inputs", "outputs"):
         for name, spec in launch.get(group, {}).items():
+            if name in tensors:   # one name, two tensors: a bind could not tell which
+                problems.add(f"launch.outputs.{name}", f"output '{name}' has the name of an "
+                             "input: a bind or autograd could not tell which tensor it means",
+                             "rename the output (or mark the input writes: true to write "
+                             "into it)")
+                continue
             tensors[name] = group
             if spec.get("dtype") not in DTYPES:
                 problems.add(f"launch.{group}.{name}.dtype",
@@ -776,6 +782,12 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                              "PipeLink does not know", "use one of " + ", ".join(DTYPES))
     for spec in launch.get("inputs", {}).values():
         sizes |= {d for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
+    for name, group in tensors.items():
+        if name in sizes:
+            what = "a size the runtime gives" if name in HOST_SIZES else "an input dimension"
+            problems.add(f"launch.{group}.{name}", f"{group[:-1]} '{name}' has the name of "
+                         f"{what}: a bind could not tell the tensor from the size",
+                         "rename the tensor")
     for name in launch.get("scalars", {}):
         if name in sizes or name in tensors:
             what = "a tensor" if name in tensors else (
