@@ -63,6 +63,9 @@ CONVERTIBLE_DTYPES = {"f32", "bf16", "f16"}
 CONVERTIBLE_LAYOUTS = {"row_major", "col_major"}
 TENSOR_ARGS = {"ptr", "tensormap"}     # bound to a tensor by name; the rest to an expression
 HOST_SIZES = ("num_sms", "l2_bytes")   # sizes the runtime knows without a tensor
+# What an integer argument of each type holds (the runtime packs it as such).
+INT_RANGES = {"u32": (0, (1 << 32) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
+              "u64": (0, (1 << 64) - 1)}
 
 
 @dataclass(frozen=True)
@@ -860,9 +863,18 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
 
 def _check_arg_max(b: BoundContract, key: str, spec: dict[str, Any], value: Any,
                    problems: _Problems) -> None:
-    """A literal bound above the argument's ``max`` (what the object was built to
-    handle) is refused here; an expression is checked by the runtime (arg_requires)."""
-    if "max" not in spec or not isinstance(value, int) or isinstance(value, bool):
+    """A literal bound outside the argument's type, or above its ``max`` (what the object
+    was built to handle), is refused here; an expression is checked by the runtime
+    (arg_requires)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return
+    low, high = INT_RANGES.get(spec["type"], (value, value))
+    if not low <= value <= high:   # else every call would be refused at launch
+        problems.add(f"launch.bind.{key}",
+                     f"argument '{key}' is a {spec['type']}, which holds {low}..{high}; "
+                     f"bound to {value}", "bind a value in that range")
+        return
+    if "max" not in spec:
         return
     most = b.eval(spec["max"], f"args.{spec['name']}.max")
     if value > most:

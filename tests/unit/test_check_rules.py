@@ -55,7 +55,7 @@ def launched() -> dict[str, Any]:
     return recipe
 
 
-def bind(key: str, value: str) -> Mutation:
+def bind(key: str, value: str | int) -> Mutation:
     """Sets ``launch.bind[key]`` (bind keys hold a dot, which ``put`` would walk)."""
     def mutate(data: Any) -> Any:
         data["launch"]["bind"][key] = value
@@ -170,6 +170,13 @@ CASES = [
          (f"{RECIPE}: launch.bind.load.k_tiles", "'load.k_tiles' is a u32 scalar, bound to "
           "tensor 'x'"),
          recipe=bind("load.k_tiles", "x")),
+    Case("scalar_argument_bound_to_a_negative_literal",
+         (f"{RECIPE}: launch.bind.load.k_tiles", "argument 'load.k_tiles' is a u32, which "
+          "holds 0..4294967295; bound to -4"),
+         recipe=bind("load.k_tiles", -4)),
+    Case("scalar_argument_bound_past_its_type",
+         (f"{RECIPE}: launch.bind.reduce.k_tiles", "is a u32", "bound to 4294967296"),
+         recipe=bind("reduce.k_tiles", 1 << 32)),
     Case("tensor_dtype_differs_from_the_argument",
          (f"{RECIPE}: launch.bind.store.out", "argument 'store.out' (ptr) takes f32 elements, "
           "tensor 'sums' is bf16", "make launch.outputs.sums.dtype f32"),
