@@ -59,6 +59,22 @@ def _folder(path: Path, flag: str) -> Path:
     return path
 
 
+def _file(path: Path, flag: str) -> Path:
+    """``path`` where a file goes: refused if it is a folder (the write would fail on a
+    temporary name beside it), or inside a file."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a folder, not a file", where="command line",
+                         hint=f"give {flag} a file name, e.g. {path / 'map.svg'}")
+    for at in path.parents:
+        if at.exists():
+            if not at.is_dir():
+                raise UsageError(f"{flag} {path} is inside {at}, which is a file",
+                                 where="command line",
+                                 hint=f"give {flag} a path in a folder (created if missing)")
+            break
+    return path
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -172,6 +188,8 @@ def cmd_explain(a: argparse.Namespace) -> int:
     from .link import place_kernel
     from .objfile import write_atomic
     from .report import explain, svg
+    if a.svg:
+        _file(Path(a.svg), "--svg")
     recipe, kernels = _kernels(a)
     for kernel in kernels:
         placement = place_kernel(kernel, a.workers)
