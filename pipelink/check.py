@@ -783,6 +783,14 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                 problems.add(f"launch.{group}.{name}.dtype",
                              f"{group[:-1]} '{name}' has dtype {spec.get('dtype')!r}, which "
                              "PipeLink does not know", "use one of " + ", ".join(DTYPES))
+    for group in ("inputs", "outputs"):
+        for name, spec in launch.get(group, {}).items():
+            for i, dim in enumerate(spec.get("shape", [])):
+                if isinstance(dim, int) and dim < 1:   # else the knock-on "names no size"
+                    problems.add(f"launch.{group}.{name}.shape[{i}]",
+                                 f"{group[:-1]} '{name}' has dimension {dim}",
+                                 "give a size's name, an expression over sizes, or an "
+                                 "integer >= 1")
     for spec in launch.get("inputs", {}).values():
         sizes |= {d for d in spec.get("shape", []) if isinstance(d, str) and d.isidentifier()}
     for name, group in tensors.items():
@@ -821,6 +829,10 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
     if not launch.get("persistent"):
         for i, dim in enumerate(launch.get("grid", [])):
             names_known(dim, f"launch.grid[{i}]")
+    elif "grid" in launch:   # the runtime would size the grid to the SMs and drop this one
+        problems.add("launch.grid", "a persistent launch has one CTA per SM (or as many as "
+                     "stay resident): this grid would be ignored",
+                     "drop launch.grid, or launch.persistent for a grid of that size")
     binds = launch.get("bind", {})
     for key, value in binds.items():
         inst, _, arg = str(key).partition(".")
