@@ -270,12 +270,18 @@ def cmd_dispatch(a: argparse.Namespace) -> int:
 
 
 def _sizes(pairs: list[str]) -> dict[str, int]:
+    """``size=integer`` pairs: a tensor's size is >= 0, and a GPU's (num_sms, l2_bytes)
+    >= 1, as the runtime would find them."""
+    from .check import HOST_SIZES
     out = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        if not eq or not key.isidentifier() or not value.lstrip("-").isdigit():
-            raise UsageError(f"{pair!r}: write size=integer", where="command line",
-                             hint="e.g. M=256 N=22016 K=4096")
+        if not eq or not key.isidentifier() or not value.isdigit():
+            raise UsageError(f"{pair!r}: write size=integer, the integer >= 0",
+                             where="command line", hint="e.g. M=256 N=22016 K=4096")
+        if key in HOST_SIZES and int(value) < 1:
+            raise UsageError(f"{pair!r}: a GPU has {key} >= 1", where="command line",
+                             hint=f"give {key} a positive value, or leave it to the default")
         out[key] = int(value)
     return out
 

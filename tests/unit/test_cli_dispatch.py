@@ -38,6 +38,8 @@ def test_dispatch_follows_the_host_sizes_and_arch_given(capsys):
     ((AUTO, "M=256"), ("of kernel 'narrow' names N", "give N=<int>")),
     ((AUTO, "M=1", "--arch", "sm_120a"), ("does not build for sm_120a", "sm_90a, sm_100a")),
     ((AUTO, "M=x"), ("'M=x': write size=integer",)),
+    ((AUTO, "M=-5", "N=1", "K=1"), ("'M=-5': write size=integer, the integer >= 0",)),
+    ((AUTO, *SHAPE, "num_sms=0"), ("'num_sms=0': a GPU has num_sms >= 1",)),
     ((str(ROOT / "recipes" / "gemm.yaml"), "M=1"), ("has no dispatch: section",)),
 ])
 def test_dispatch_refuses_bad_input_in_one_message(capsys, args, needles):
