@@ -87,6 +87,12 @@ def object_inputs(bound: BoundContract, folder: Path, arch: str) -> dict[str, by
     files = _component_files(folder)
     source = bound.contract.source_for(arch)
     if source not in files:
+        path = Path(source)
+        if path.is_absolute() or ".." in path.parts:   # the stage holds this folder alone
+            raise ContractError(f"source '{source}' for {arch} lies outside {folder}",
+                                where=bound.contract.where("source"),
+                                hint="a component compiles from its own folder: put the "
+                                     "file there and name it relative to the folder")
         raise ContractError(f"source '{source}' for {arch} not found in {folder}",
                             where=bound.contract.where("source"),
                             hint="set source: (or sources: {arch: file}) in the contract")

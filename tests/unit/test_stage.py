@@ -16,7 +16,7 @@ import pytest
 from pipelink import stage
 from pipelink.compile import INCLUDE_DIR, abi_headers, object_inputs
 from pipelink.contract import load_contract
-from pipelink.errors import ToolchainError
+from pipelink.errors import ContractError, ToolchainError
 
 ROOT = Path(__file__).resolve().parents[2]
 SEARCH = ("include", "component")
@@ -61,6 +61,23 @@ def test_object_inputs_hold_only_the_abi_headers_the_component_includes(tmp_path
         set(before)  # the generated header includes pipelink.cuh, which includes them all
     assert abi_headers(bound, folder, "sm_90a") == sorted(INCLUDE_DIR.rglob("*.cuh"))
     assert f"component/pl_{bound.name}.h" in before and "component/row_store.cu" in before
+
+
+@pytest.mark.parametrize("source,needle", [
+    ("missing.cu", "not found in"),
+    ("../tile_loader/tile_loader.cu", "lies outside"),
+    ("/etc/hostname", "lies outside"),
+])
+def test_a_source_the_folder_does_not_hold_is_refused(tmp_path, source, needle):
+    folder = tmp_path / "row_store"
+    shutil.copytree(ROOT / "components" / "row_store", folder)
+    contract = folder / "contract.yaml"
+    contract.write_text(contract.read_text() + f"source: {source}\n")
+    bound = load_contract(contract).bind(None)
+    with pytest.raises(ContractError) as refused:
+        object_inputs(bound, folder, "sm_90a")
+    assert f"source '{source}' for sm_90a {needle}" in str(refused.value)
+    assert str(contract) in refused.value.where
 
 
 def test_staged_file_set_is_the_dependency_set(tmp_path, monkeypatch):
