@@ -745,7 +745,13 @@ def _check_binds(recipe: Recipe, bound: dict[str, BoundContract],
     """launch.bind names 'instance.arg' of runtime arguments that exist: a typo would
     otherwise surface only when the kernel is launched."""
     for key in recipe.launch.get("bind", {}):
-        inst, _, arg = str(key).partition(".")
+        inst, dot, arg = str(key).partition(".")
+        if not dot:
+            problems.add(f"launch.bind.{key}", f"bind key '{key}' names no argument: a key "
+                         "is instance.argument", "e.g. " + next(
+                             (f"{i}.{a['name']}" for i, b in bound.items()
+                              for a in b.contract.data.get("args", [])), "load.k_tiles"))
+            continue
         b = bound.get(inst)
         if b is None:
             problems.add(f"launch.bind.{key}", f"'{key}' names instance '{inst}', which is "
