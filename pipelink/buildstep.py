@@ -7,8 +7,9 @@ the step runs, never with a traceback.
 
 Earlier still, while the interpreter itself starts, a Ctrl-C would make CPython die
 with "Fatal Python error" and a traceback of its own. The SCons tool starts each step
-with SIGINT blocked (the mask survives exec), so such a Ctrl-C waits, pending, until
-main() unblocks it inside the ``try``.
+with SIGINT blocked (the mask survives exec; the step runs without ``sh -c``, as dash
+clears it), so such a Ctrl-C waits, pending, until main() unblocks it inside the
+``try``.
 """
 
 from __future__ import annotations
