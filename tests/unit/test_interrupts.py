@@ -102,3 +102,12 @@ def test_the_scons_tool_starts_a_step_with_sigint_blocked(tmp_path):
     shell = tmp_path / "shell.txt"   # not a step: the shell still reads the line
     assert spawn("sh", posix.escape, "echo", ["echo", "$HOME", ">", str(shell)], env) == 0
     assert shell.read_text().strip() == os.environ["HOME"]
+
+
+def test_a_step_whose_interpreter_is_missing_fails_in_one_line(tmp_path, capfd):
+    import SCons.Platform.posix as posix
+    spawn = _scons_tool()._spawn_with_sigint_held(posix.subprocess_spawn)
+    missing = str(tmp_path / "no-python")
+    args = [missing, "-m", "pipelink.buildstep", "compile"]
+    assert spawn("sh", posix.escape, missing, args, dict(os.environ)) == 127
+    assert capfd.readouterr().err == f"pipelink: cannot run {missing}: No such file or directory\n"

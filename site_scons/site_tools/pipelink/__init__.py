@@ -501,7 +501,11 @@ def _spawn_with_sigint_held(spawn: Callable[..., int]) -> Callable[..., int]:
         try:
             if not step:
                 return spawn(sh, escape, cmd, args, env)
-            status = subprocess.Popen(argv, env=env, close_fds=True).wait()
+            try:
+                status = subprocess.Popen(argv, env=env, close_fds=True).wait()
+            except OSError as exc:   # as sh would say it: one line, status 127
+                print(f"pipelink: cannot run {argv[0]}: {exc.strerror}", file=sys.stderr)
+                return 127
             return 128 - status if status < 0 else status   # as sh reports a signal
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
