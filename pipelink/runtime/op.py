@@ -34,6 +34,7 @@ from .spec import H100_HOST_SIZES, LaunchSpec, evaluate
 from .tensors import (
     TMA_ALIGN,
     TensorInfo,
+    overlaps_itself,
     require_aligned,
     require_dense,
     require_tma_layout,
@@ -397,6 +398,17 @@ class Op:
                 raise RuntimeLaunchError(f"out '{o.name}' is {info.dtype} {list(info.shape)}, "
                                          f"the kernel writes {o.dtype} {shapes[o.name]}")
             infos[o.name] = info
+        # A tensor the kernel writes must give each element its own address: CTAs writing
+        # one address from different tiles race, and the result depends on the order.
+        written = {*given, *(s.name for s in self.spec.inputs if s.writes)}
+        for name in written:
+            if overlaps_itself(infos[name]):
+                what = f"out '{name}'" if name in given else f"input '{name}'"
+                raise RuntimeLaunchError(
+                    f"{what} has strides {list(infos[name].strides)} for shape "
+                    f"{list(infos[name].shape)}, so some of its elements share memory; "
+                    f"{self.name} writes it", hint="write into a tensor with storage of its "
+                    "own (torch.empty), not an expand()ed or as_strided view")
         aligns = []
         for name, info in infos.items():
             aligns += self._check_layout(name, info)

@@ -109,6 +109,20 @@ def require_dense(info: TensorInfo, what: str, why: str) -> None:
             hint="pass .contiguous()")
 
 
+def overlaps_itself(info: TensorInfo) -> bool:
+    """Whether two elements share an address (an expand()ed or as_strided view): each
+    dimension's stride, smallest first, must step past everything the smaller ones span."""
+    if 0 in info.shape:
+        return False
+    reach = 0                       # elements past the first the smaller dimensions reach
+    for stride, size in sorted((abs(s), d) for d, s in zip(info.shape, info.strides,
+                                                             strict=True) if d > 1):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 def require_aligned(info: TensorInfo, align: int, what: str) -> None:
     if info.ptr % align:
         raise RuntimeLaunchError(

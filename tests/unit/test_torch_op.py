@@ -467,3 +467,35 @@ def test_gradients_built_for_another_arch_refuse_backward_naming_them():
     with pytest.raises(RuntimeLaunchError,
                        match="kernel 'dgrad' is built for sm_90a only, not for sm_100a"):
         y.sum().backward()
+
+
+class _DeviceArray:
+    """A device array by __cuda_array_interface__: what the checks before a launch read
+    (nothing is launched without a GPU)."""
+
+    def __init__(self, shape, strides=None, ptr=0x10000):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f2", "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def _tma_out_op() -> Op:
+    """f16 x @ w -> y, y written by a TMA store."""
+    meta = _gemm_meta("tmastore", "x", "w", "y", (["M", "K"], ["N", "K"], ["M", "N"]))
+    meta["cubin_sha256"] = "tmastore".ljust(64, "0")
+    for spec in (*meta["launch"]["inputs"], *meta["launch"]["outputs"]):
+        spec["dtype"] = "f16"
+    meta["params"]["fields"][2] = {"name": "store_out", "instance": "store", "arg": "out",
+                                   "type": "tensormap", "offset": 256, "size": 128,
+                                   "dtype": "f16", "box": [64, 128], "swizzle": 128}
+    return Op.from_meta(meta, num_sms=132)
+
+
+@pytest.mark.parametrize("strides", [(0, 2), (16, 2)])     # expand()ed; rows overlapping
+def test_an_out_whose_elements_share_memory_is_refused(strides):
+    """Its row pitch suits a TMA store, but tiles would write the same addresses from
+    different CTAs: the result would depend on their order."""
+    op = _tma_out_op()
+    x, w = _DeviceArray((256, 64)), _DeviceArray((128, 64), ptr=0x80000)
+    assert op._plan({"x": x, "w": w}, {"y": _DeviceArray((256, 128), ptr=0x100000)}, ())
+    with pytest.raises(RuntimeLaunchError, match=r"out 'y' has strides .* share memory"):
+        op._plan({"x": x, "w": w}, {"y": _DeviceArray((256, 128), strides, 0x100000)}, ())
