@@ -157,7 +157,9 @@ class Op:
             result = self._cached_call(inputs, out, values)
             if result is not None:
                 return result
-            if out is None and self.torch_op is not None and torch_ops.use_dispatcher(inputs):
+            if (out is None and self.torch_op is not None
+                    and len(inputs) == len(self.spec.inputs)    # else refused, naming them
+                    and torch_ops.use_dispatcher(inputs)):
                 return self.torch_op(*inputs, *values)
         return self._checked_call(inputs, out, stream, values)
 

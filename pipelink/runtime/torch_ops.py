@@ -107,10 +107,15 @@ def on_stream(stream: Any, device: int) -> Iterator[int]:
 
 def use_dispatcher(inputs: tuple[Any, ...]) -> bool:
     """Whether a call must go through the registered op: while torch.compile traces,
-    for tensor subclasses (fake, functional) and meta tensors, or when autograd records."""
+    for tensor subclasses (fake, functional) and meta tensors, or when autograd records.
+    Never for a call the dispatcher cannot take (a non-tensor, a CPU tensor): the eager
+    path refuses it naming the input, where the dispatcher would fail inside PyTorch
+    ("Could not run ... with arguments from the 'CPU' backend")."""
     import torch
     if torch.compiler.is_compiling():
         return True
+    if not all(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in inputs):
+        return False
     grad = torch.is_grad_enabled()
     for t in inputs:
         if type(t) is not torch.Tensor or t.is_meta or (grad and t.requires_grad):

@@ -499,3 +499,22 @@ def test_an_out_whose_elements_share_memory_is_refused(strides):
     assert op._plan({"x": x, "w": w}, {"y": _DeviceArray((256, 128), ptr=0x100000)}, ())
     with pytest.raises(RuntimeLaunchError, match=r"out 'y' has strides .* share memory"):
         op._plan({"x": x, "w": w}, {"y": _DeviceArray((256, 128), strides, 0x100000)}, ())
+
+
+@pytest.mark.parametrize("inputs,needle", [
+    # autograd would send these through the dispatcher, which has no CPU kernel
+    (lambda: (torch.empty(300, 512, dtype=torch.bfloat16, requires_grad=True),
+              torch.empty(1024, 512, dtype=torch.bfloat16)), "input 'x' is on the CPU"),
+    (lambda: (torch.empty(300, 512, dtype=torch.bfloat16),
+              torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")),
+     "input 'x' is on the CPU"),
+    (lambda: (torch.empty(300, 512, dtype=torch.bfloat16, device="meta"), None),
+     r"input 'w' is not a GPU tensor \(NoneType\)"),
+    (lambda: (torch.empty(300, 512, dtype=torch.bfloat16, device="meta"),),
+     r"takes 2 inputs \(x, w\), got 1"),
+])
+def test_calls_the_dispatcher_cannot_take_are_refused_naming_the_input(op, inputs, needle):
+    """Not PyTorch's "Could not run ... with arguments from the 'CPU' backend" or a
+    schema error: the same refusal as a call without autograd."""
+    with pytest.raises(RuntimeLaunchError, match=needle):
+        op(*inputs())
