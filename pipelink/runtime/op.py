@@ -20,8 +20,9 @@ checked path, which raises the error or fills the caches.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,12 +246,13 @@ class Op:
 
     def _checked_call(self, inputs: tuple[Any, ...], out: Any, stream: Any,
                       values: tuple[Any, ...]) -> Any:
-        tensors = self._named_inputs(inputs)
-        given = self._named_outputs(out)
-        plan = self._plan(tensors, given, values)
-        self._check_addresses(plan, tensors, given)
-        if self.spec.contents and self.check_contents:
-            self._check_contents(plan, tuple(tensors.values()))
+        with self.naming():
+            tensors = self._named_inputs(inputs)
+            given = self._named_outputs(out)
+            plan = self._plan(tensors, given, values)
+            self._check_addresses(plan, tensors, given)
+            if self.spec.contents and self.check_contents:
+                self._check_contents(plan, tuple(tensors.values()))
         if stream is None:      # the common case, without a context manager's cost
             import torch
             outputs = self._launch_checked(plan, tensors, given,
@@ -283,14 +285,16 @@ class Op:
         """Checks and packs one call's arguments once: the result relaunches on the same
         tensors, on the stream it was prepared for, with nothing but ``cuLaunchKernel``
         (the lowest overhead)."""
-        tensors = self._named_inputs(inputs)
-        given = self._named_outputs(out)
-        plan = self._plan(tensors, given, self.spec.scalar_values(scalars))
+        with self.naming():
+            tensors = self._named_inputs(inputs)
+            given = self._named_outputs(out)
+            plan = self._plan(tensors, given, self.spec.scalar_values(scalars))
         if plan.noop:
             raise RuntimeLaunchError(f"{self.name}: every output of this call is empty, so "
                                      "there is no launch to prepare",
                                      hint="call the op instead (it returns the empty outputs)")
-        self._check_addresses(plan, tensors, given)
+        with self.naming():
+            self._check_addresses(plan, tensors, given)
         with torch_ops.on_stream(stream, self._device.index) as handle:
             outputs = self._outputs(plan, given)
             workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index,
@@ -329,6 +333,18 @@ class Op:
         times[next(iter(times))] = float(ends[1] - ns[:, 0].min()) / 1e6
         times["total"] = float(ends[-1] - ns[:, 0].min()) / 1e6
         return times
+
+    @contextlib.contextmanager
+    def naming(self) -> Iterator[None]:
+        """Refusals inside name this op: a model calls many, and "input 'x' is f32"
+        alone does not say which."""
+        try:
+            yield
+        except RuntimeLaunchError as exc:
+            if self.name in exc.message:
+                raise
+            raise RuntimeLaunchError(f"{self.name}: {exc.message}", where=exc.where,
+                                     hint=exc.hint) from None
 
     def _named_inputs(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
         names = self.spec.input_names
@@ -425,8 +441,10 @@ class Op:
 
     def _check_contents(self, plan: Plan, inputs: tuple[Any, ...]) -> None:
         """launch.contents on this call's index tensors (one synchronisation)."""
-        contents.check(self.spec.contents, dict(zip(self.spec.input_names, inputs, strict=True)),
-                       plan.sizes, evaluate)
+        with self.naming():
+            contents.check(self.spec.contents,
+                           dict(zip(self.spec.input_names, inputs, strict=True)),
+                           plan.sizes, evaluate)
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
         if not info.on_gpu:
@@ -508,7 +526,8 @@ class Op:
     def _first_launch(self, plan: Plan, values: dict[str, Any]) -> Launch:
         """The layout's launch, packed and checked in full from its first call's tensors
         (``values``: inputs, then outputs, in the order every call of the plan uses)."""
-        launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
+        with self.naming():
+            launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
         ptrs = [t.data_ptr() for t in values.values()]
         slots = self._slots(values)
         plan.moves = tuple((position, launch.mover(name)) for position, name in slots)

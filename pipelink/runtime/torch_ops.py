@@ -225,6 +225,11 @@ def _fake(name: str, *args: Any) -> Any:
     """Output tensors of the right shape and dtype, from the input shapes (and the
     scalars) alone."""
     op = _OPS[name]
+    with op.naming():
+        return _fake_outputs(op, *args)
+
+
+def _fake_outputs(op: Op, *args: Any) -> Any:
     spec = op.spec
     inputs = args[:len(spec.inputs)]
     values = spec.trailing_scalars(args[len(spec.inputs):])

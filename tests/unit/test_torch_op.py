@@ -518,3 +518,13 @@ def test_calls_the_dispatcher_cannot_take_are_refused_naming_the_input(op, input
     schema error: the same refusal as a call without autograd."""
     with pytest.raises(RuntimeLaunchError, match=needle):
         op(*inputs())
+
+
+def test_refusals_name_the_op(op):
+    """A model calls many ops: "input 'x' is f32" alone does not say which."""
+    x = torch.empty(300, 512, dtype=torch.float32, device="meta")
+    w = torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(RuntimeLaunchError, match=r"^swiglu_demo: input 'x' is f32"):
+        op(x, w)
+    with pytest.raises(RuntimeLaunchError, match=r"^swiglu_demo: input 'x' is on the CPU"):
+        op(torch.empty(300, 512, dtype=torch.bfloat16), w)
