@@ -1,9 +1,9 @@
 """How SCons runs a build step: ``python -m pipelink.buildstep compile|link ...``.
 
-The steps live in :mod:`pipelink.sconsrun`; this module only imports it inside a
+The steps live in :mod:`pipelink.sconsrun`; this module imports and runs them inside a
 ``try``, so that Ctrl-C while Python is still loading the steps' modules (the placer,
-the schema, the toolchain) ends the step with one line and status 130, as it does once
-the step runs, never with a traceback.
+the schema, the toolchain) or reading the command line ends the step with one line and
+status 130, as it does once the step runs, never with a traceback.
 
 Earlier still, while the interpreter itself starts, a Ctrl-C would make CPython die
 with "Fatal Python error" and a traceback of its own. The SCons tool starts each step
@@ -23,10 +23,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(signal, "pthread_sigmask"):
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         from .sconsrun import main as run
+        return run(argv)   # inside too: a Ctrl-C may land before run's own handler
     except KeyboardInterrupt:
         print("pipelink: interrupted", file=sys.stderr)
         return 130
-    return run(argv)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,18 @@ def test_a_step_started_with_a_held_ctrl_c_ends_with_one_line():
 
 
 
+def test_a_ctrl_c_while_the_step_reads_its_command_line_ends_with_one_line(monkeypatch,
+                                                                           capsys):
+    """The window between the import and sconsrun.main's own handler: argparse."""
+    from pipelink import buildstep, sconsrun
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sconsrun, "parser", interrupted)
+    assert buildstep.main(["compile", "x"]) == 130
+    assert capsys.readouterr().err == "pipelink: interrupted\n"
+
+
 def _scons_tool() -> ModuleType:
     """The SCons tool (site_scons/site_tools/pipelink), under a name of its own: the
     package it sits beside is also called pipelink."""
