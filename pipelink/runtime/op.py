@@ -20,9 +20,8 @@ checked path, which raises the error or fills the caches.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,28 +150,34 @@ class Op:
         Without ``out=`` or ``stream=``, the call goes through the registered custom op
         when torch.compile traces it or autograd needs it.
         """
-        values = self.spec.scalar_values(scalars) if scalars else self._defaults
-        if stream is None:
-            if out is None and self.torch_op is not None and self._is_compiling():
-                return self.torch_op(*inputs, *values)
-            result = self._cached_call(inputs, out, values)
-            if result is not None:
-                return result
-            if (out is None and self.torch_op is not None
-                    and len(inputs) == len(self.spec.inputs)    # else refused, naming them
-                    and torch_ops.use_dispatcher(inputs)):
-                return self.torch_op(*inputs, *values)
-        return self._checked_call(inputs, out, stream, values)
+        try:   # free unless raised: the cached path pays nothing for it
+            values = self.spec.scalar_values(scalars) if scalars else self._defaults
+            if stream is None:
+                if out is None and self.torch_op is not None and self._is_compiling():
+                    return self.torch_op(*inputs, *values)
+                result = self._cached_call(inputs, out, values)
+                if result is not None:
+                    return result
+                if (out is None and self.torch_op is not None
+                        and len(inputs) == len(self.spec.inputs)  # else refused, naming them
+                        and torch_ops.use_dispatcher(inputs)):
+                    return self.torch_op(*inputs, *values)
+            return self._checked_call(inputs, out, stream, values)
+        except RuntimeLaunchError as exc:
+            raise self.named(exc) from None
 
     def run(self, inputs: tuple[Any, ...], values: tuple[Any, ...] = (), *,
             out: Any = None, stream: Any = None) -> Any:
         """The eager launch (what the custom op's CUDA kernel calls), scalars by position."""
-        values = self.spec.trailing_scalars(tuple(values))
-        if stream is None:
-            result = self._cached_call(inputs, out, values)
-            if result is not None:
-                return result
-        return self._checked_call(inputs, out, stream, values)
+        try:
+            values = self.spec.trailing_scalars(tuple(values))
+            if stream is None:
+                result = self._cached_call(inputs, out, values)
+                if result is not None:
+                    return result
+            return self._checked_call(inputs, out, stream, values)
+        except RuntimeLaunchError as exc:
+            raise self.named(exc) from None
 
     # -- the cached path ---------------------------------------------------------------
 
@@ -246,13 +251,12 @@ class Op:
 
     def _checked_call(self, inputs: tuple[Any, ...], out: Any, stream: Any,
                       values: tuple[Any, ...]) -> Any:
-        with self.naming():
-            tensors = self._named_inputs(inputs)
-            given = self._named_outputs(out)
-            plan = self._plan(tensors, given, values)
-            self._check_addresses(plan, tensors, given)
-            if self.spec.contents and self.check_contents:
-                self._check_contents(plan, tuple(tensors.values()))
+        tensors = self._named_inputs(inputs)
+        given = self._named_outputs(out)
+        plan = self._plan(tensors, given, values)
+        self._check_addresses(plan, tensors, given)
+        if self.spec.contents and self.check_contents:
+            self._check_contents(plan, tuple(tensors.values()))
         if stream is None:      # the common case, without a context manager's cost
             import torch
             outputs = self._launch_checked(plan, tensors, given,
@@ -285,16 +289,21 @@ class Op:
         """Checks and packs one call's arguments once: the result relaunches on the same
         tensors, on the stream it was prepared for, with nothing but ``cuLaunchKernel``
         (the lowest overhead)."""
-        with self.naming():
-            tensors = self._named_inputs(inputs)
-            given = self._named_outputs(out)
-            plan = self._plan(tensors, given, self.spec.scalar_values(scalars))
+        try:
+            return self._prepared(inputs, out, stream, scalars)
+        except RuntimeLaunchError as exc:
+            raise self.named(exc) from None
+
+    def _prepared(self, inputs: tuple[Any, ...], out: Any, stream: Any,
+                  scalars: dict[str, Any]) -> PreparedCall:
+        tensors = self._named_inputs(inputs)
+        given = self._named_outputs(out)
+        plan = self._plan(tensors, given, self.spec.scalar_values(scalars))
         if plan.noop:
-            raise RuntimeLaunchError(f"{self.name}: every output of this call is empty, so "
-                                     "there is no launch to prepare",
+            raise RuntimeLaunchError("every output of this call is empty, so there is no "
+                                     "launch to prepare",
                                      hint="call the op instead (it returns the empty outputs)")
-        with self.naming():
-            self._check_addresses(plan, tensors, given)
+        self._check_addresses(plan, tensors, given)
         with torch_ops.on_stream(stream, self._device.index) as handle:
             outputs = self._outputs(plan, given)
             workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index,
@@ -334,17 +343,13 @@ class Op:
         times["total"] = float(ends[-1] - ns[:, 0].min()) / 1e6
         return times
 
-    @contextlib.contextmanager
-    def naming(self) -> Iterator[None]:
-        """Refusals inside name this op: a model calls many, and "input 'x' is f32"
-        alone does not say which."""
-        try:
-            yield
-        except RuntimeLaunchError as exc:
-            if self.name in exc.message:
-                raise
-            raise RuntimeLaunchError(f"{self.name}: {exc.message}", where=exc.where,
-                                     hint=exc.hint) from None
+    def named(self, exc: RuntimeLaunchError) -> RuntimeLaunchError:
+        """A refusal that names this op: a model calls many, and "input 'x' is f32" alone
+        does not say which."""
+        if exc.message.startswith(self.name):
+            return exc
+        return RuntimeLaunchError(f"{self.name}: {exc.message}", where=exc.where,
+                                  hint=exc.hint)
 
     def _named_inputs(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
         names = self.spec.input_names
@@ -424,8 +429,8 @@ class Op:
                 what = f"out '{name}'" if name in given else f"input '{name}'"
                 raise RuntimeLaunchError(
                     f"{what} has strides {list(infos[name].strides)} for shape "
-                    f"{list(infos[name].shape)}, so some of its elements share memory; "
-                    f"{self.name} writes it", hint="write into a tensor with storage of its "
+                    f"{list(infos[name].shape)}, so some of its elements share memory, and "
+                    "the kernel writes it", hint="write into a tensor with storage of its "
                     "own (torch.empty), not an expand()ed or as_strided view")
         aligns = []
         for name, info in infos.items():
@@ -441,10 +446,8 @@ class Op:
 
     def _check_contents(self, plan: Plan, inputs: tuple[Any, ...]) -> None:
         """launch.contents on this call's index tensors (one synchronisation)."""
-        with self.naming():
-            contents.check(self.spec.contents,
-                           dict(zip(self.spec.input_names, inputs, strict=True)),
-                           plan.sizes, evaluate)
+        contents.check(self.spec.contents, dict(zip(self.spec.input_names, inputs, strict=True)),
+                       plan.sizes, evaluate)
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
         if not info.on_gpu:
@@ -526,8 +529,7 @@ class Op:
     def _first_launch(self, plan: Plan, values: dict[str, Any]) -> Launch:
         """The layout's launch, packed and checked in full from its first call's tensors
         (``values``: inputs, then outputs, in the order every call of the plan uses)."""
-        with self.naming():
-            launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
+        launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
         ptrs = [t.data_ptr() for t in values.values()]
         slots = self._slots(values)
         plan.moves = tuple((position, launch.mover(name)) for position, name in slots)
