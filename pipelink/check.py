@@ -1447,13 +1447,13 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
             tmem.append(TmemAlloc(f"{inst}.{name}", _sized(b, inst, spec["columns"],
                                                            f"tmem.{name}.columns"),
                                   f"{where}: tmem.{name}"))
+    tied = [(t, _stage_ties(bound, t)) for t in transfers if t.kind == "zero_copy"]
+    for _, ties in tied:
+        equal += ties
     for t in transfers:
-        if t.kind == "zero_copy":
-            equal += _stage_ties(bound, t)
         if t.kind == "conversion":
             buffers += _converter_buffers(bound, t)
-    _check_pinned_ties(bound, transfers, {t.name: set(t.values) for t in tunables}, pins,
-                       problems)
+    _check_pinned_ties(tied, {t.name: set(t.values) for t in tunables}, pins, problems)
     if tmem:
         buffers.append(Buffer(TMEM_ADDRESS_SLOT, Sized.const(TMEM_ADDRESS_BYTES),
                               TMEM_ADDRESS_BYTES, None,
@@ -1558,14 +1558,14 @@ def _live(spec: dict[str, Any]) -> tuple[int, int] | None:
     return (live[0], live[1]) if live else None
 
 
-def _check_pinned_ties(bound: dict[str, BoundContract], transfers: list[Transfer],
+def _check_pinned_ties(tied: list[tuple[Transfer, list[tuple[str, str]]]],
                        allowed: dict[str, set[int]], pins: dict[str, Instance],
                        problems: _Problems) -> None:
     """Both ends of a zero-copy ring take one stage count: recipe pins with no value in
     common are refused here, at the pin (the placer alone would name only contracts)."""
     seen: set[tuple[str, str]] = set()
-    for t in transfers:
-        for a, b in _stage_ties(bound, t) if t.kind == "zero_copy" else ():
+    for t, ties in tied:
+        for a, b in ties:
             if (a, b) in seen or allowed[a] & allowed[b]:
                 continue
             seen.add((a, b))
