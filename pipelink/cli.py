@@ -46,16 +46,18 @@ def _params(pairs: list[str]) -> dict[str, int | str]:
     return out
 
 
+def _nearest_existing(path: Path) -> Path | None:
+    """``path``, or the nearest folder above it, that exists."""
+    return next((at for at in (path, *path.parents) if at.exists()), None)
+
+
 def _folder(path: Path, flag: str) -> Path:
     """``path`` where a folder goes: refused if it, or a folder above it, is a file."""
-    for at in (path, *path.parents):
-        if at.exists():
-            if not at.is_dir():
-                what = "is" if at == path else f"is inside {at}, which is"
-                raise UsageError(f"{flag} {path} {what} a file, not a folder",
-                                 where="command line",
-                                 hint=f"give {flag} a folder (it is created if missing)")
-            break
+    at = _nearest_existing(path)
+    if at is not None and not at.is_dir():
+        what = "is" if at == path else f"is inside {at}, which is"
+        raise UsageError(f"{flag} {path} {what} a file, not a folder", where="command line",
+                         hint=f"give {flag} a folder (it is created if missing)")
     return path
 
 
@@ -65,13 +67,11 @@ def _file(path: Path, flag: str) -> Path:
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a folder, not a file", where="command line",
                          hint=f"give {flag} a file name, e.g. {path / 'map.svg'}")
-    for at in path.parents:
-        if at.exists():
-            if not at.is_dir():
-                raise UsageError(f"{flag} {path} is inside {at}, which is a file",
-                                 where="command line",
-                                 hint=f"give {flag} a path in a folder (created if missing)")
-            break
+    at = _nearest_existing(path.parent)
+    if at is not None and not at.is_dir():
+        raise UsageError(f"{flag} {path} is inside {at}, which is a file",
+                         where="command line",
+                         hint=f"give {flag} a path in a folder (created if missing)")
     return path
 
 
