@@ -154,6 +154,10 @@ class Op:
             values = self.spec.scalar_values(scalars) if scalars else self._defaults
             if stream is None:
                 if out is None and self.torch_op is not None and self._is_compiling():
+                    if len(inputs) != len(self.spec.inputs):
+                        # A builtin error traces through torch.compile (fullgraph too);
+                        # the schema would refuse the call in PyTorch's own words.
+                        raise TypeError(self._count_message(len(inputs)))
                     return self.torch_op(*inputs, *values)
                 result = self._cached_call(inputs, out, values)
                 if result is not None:
@@ -351,12 +355,14 @@ class Op:
         return RuntimeLaunchError(f"{self.name}: {exc.message}", where=exc.where,
                                   hint=exc.hint)
 
-    def _named_inputs(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
+    def _count_message(self, given: int) -> str:
         names = self.spec.input_names
-        if len(inputs) != len(names):
-            raise RuntimeLaunchError(f"{self.name} takes {len(names)} inputs "
-                                     f"({', '.join(names)}), got {len(inputs)}")
-        return dict(zip(names, inputs, strict=True))
+        return f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {given}"
+
+    def _named_inputs(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
+        if len(inputs) != len(self.spec.input_names):
+            raise RuntimeLaunchError(self._count_message(len(inputs)))
+        return dict(zip(self.spec.input_names, inputs, strict=True))
 
     def _named_outputs(self, out: Any) -> dict[str, Any]:
         names = self._out_names

@@ -528,3 +528,18 @@ def test_refusals_name_the_op(op):
         op(x, w)
     with pytest.raises(RuntimeLaunchError, match=r"^swiglu_demo: input 'x' is on the CPU"):
         op(torch.empty(300, 512, dtype=torch.bfloat16), w)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_a_compiled_call_with_the_wrong_inputs_is_refused_by_name(op, fullgraph):
+    """Under torch.compile a call went straight to the registered op, whose schema
+    refused a missing tensor in PyTorch's own words ("missing value for argument 'w'").
+    Now the op refuses it while tracing: with graph breaks allowed the call then runs
+    eagerly and gets the eager refusal; with fullgraph Dynamo's error carries it."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: op(x), fullgraph=fullgraph, backend="eager")
+    x = torch.empty(256, 512, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(RuntimeLaunchError if not fullgraph else Exception,
+                       match=r"swiglu_demo\S* takes 2 inputs \(x, w\), got 1") as info:
+        fn(x)
+    assert "missing value for argument" not in str(info.value)
