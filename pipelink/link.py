@@ -45,6 +45,11 @@ class LinkOptions:
     # Record when each CTA finishes each phase (Op.phase_times): a profiling build, one
     # CTA barrier and one global store per CTA and phase more than a plain one.
     phase_clock: bool = False
+    # mode="mono" only: compile the one translation unit to LTO-IR and finish it with
+    # nvJitLink, as the linked path does, instead of nvcc's whole-program -cubin. Where
+    # linked and monolithic SASS differ, this tells PipeLink's part (glue, split objects)
+    # from the compiler's (NVVM shapes some code apart in the two compile modes).
+    mono_via_lto: bool = False
 
 
 @dataclass
@@ -226,15 +231,24 @@ def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
     includes = [str(stage / "include"), *includes]
     num = opts.arch.removeprefix("sm_")
     with temp_dir(stage_root, ".mono-") as out_dir:
-        out = Path(out_dir) / "mono.cubin"
-        cmd = [tc.nvcc, "-std=c++17", opts.optimize, "-cubin",
-               f"-gencode=arch=compute_{num},code=sm_{num}", "--expt-relaxed-constexpr",
-               "-Xcudafe", "--diag_suppress=177", *[f"-I{i}" for i in includes],
-               "-o", str(out), "mono.cu"]
+        if opts.mono_via_lto:
+            out = Path(out_dir) / "mono.ltoir"
+            copts = CompileOptions(opts.arch, opt_level=opts.optimize,
+                                   stage_root=str(stage_root))
+            cmd = nvcc_command(tc.nvcc, copts, "mono.cu", str(out), includes)
+        else:
+            out = Path(out_dir) / "mono.cubin"
+            cmd = [tc.nvcc, "-std=c++17", opts.optimize, "-cubin",
+                   f"-gencode=arch=compute_{num},code=sm_{num}", "--expt-relaxed-constexpr",
+                   "-Xcudafe", "--diag_suppress=177", *[f"-I{i}" for i in includes],
+                   "-o", str(out), "mono.cu"]
         proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ToolchainError("nvcc failed compiling the monolithic translation unit",
                                  where=str(stage / "mono.cu"), log=proc.stdout + proc.stderr)
+        if opts.mono_via_lto:
+            return run_nvjitlink([("mono.ltoir", out.read_bytes())],
+                                 nvjitlink_options(opts)), source
         return out.read_bytes(), source
 
 

@@ -180,7 +180,8 @@ def object_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def link_repo_kernel(tmp_path_factory: pytest.TempPathFactory, object_dir: Path):  # noqa: ANN201
     """link(name, arch, mode="linked", kernel="main") -> LinkResult of a recipe in
-    recipes/, linked once per session (linked with PTX, or monolithic) and shared by every
+    recipes/, linked once per session (linked with PTX, or monolithic: "mono" by nvcc's
+    whole-program cubin, "mono_lto" through LTO-IR and nvJitLink) and shared by every
     test module that reads it: the same inputs give the same bytes, so relinking in each
     module only costs CI time."""
     from pipelink.build import build_objects, default_index
@@ -196,8 +197,9 @@ def link_repo_kernel(tmp_path_factory: pytest.TempPathFactory, object_dir: Path)
         if key not in cache:
             recipe = load_recipe(root / "recipes" / f"{name}.yaml").select([kernel])[kernel]
             objects = build_objects(recipe, arch, index, object_dir)
-            cache[key] = link_kernel(recipe, objects, out / mode / arch / recipe.name,
-                                     LinkOptions(arch, mode=mode, emit_ptx=mode == "linked"),
+            opts = LinkOptions(arch, mode="mono" if mode == "mono_lto" else mode,
+                               emit_ptx=mode == "linked", mono_via_lto=mode == "mono_lto")
+            cache[key] = link_kernel(recipe, objects, out / mode / arch / recipe.name, opts,
                                      index=index)
         return cache[key]
     return link

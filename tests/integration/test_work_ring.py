@@ -156,6 +156,18 @@ def test_attention_with_linked_functions_matches_monolithic_sass(out, name, kern
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in linked}
 
 
+def test_where_linked_and_monolithic_sass_differ_the_compile_mode_does(out):
+    """attn_sliding's backward is the one kernel whose linked and monolithic SASS differ:
+    nvcc's whole-program cubin and the LTO path flatten one masked-probability branch of
+    attn_bwd_core apart (docs/recipes/attention.md). The same monolithic unit compiled to
+    LTO-IR and finished by nvJitLink gives the linked cubin byte for byte, so nothing of
+    PipeLink's glue or split objects is in the difference."""
+    linked, mono, mono_lto = (_link(out, "attn_sliding", "sm_90a", mode, "backward")
+                              for mode in ("linked", "mono", "mono_lto"))
+    assert sass_instructions(linked.cubin) != sass_instructions(mono.cubin)
+    assert mono_lto.cubin.read_bytes() == linked.cubin.read_bytes()
+
+
 def test_gemm_work_ring_in_sass(gemm):
     """The scheduler lane stores a 48-byte record (three 16-byte stores) and arrives on
     full; each consuming warp waits, loads what it reads of it and its first lane
