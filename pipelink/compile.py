@@ -37,17 +37,22 @@ class CompileOptions:
     extra: tuple[str, ...] = field(default_factory=tuple)   # appended verbatim
     stage_root: str = field(default_factory=stage_root)
 
-    def gencode(self) -> str:
-        """-gencode for LTO-IR of the arch: sm_90a -> arch=compute_90a,code=lto_90a."""
+    def gencode(self, code: str = "lto") -> str:
+        """-gencode for LTO-IR of the arch (sm_90a -> arch=compute_90a,code=lto_90a), or
+        with code="sm" for its SASS."""
         num = self.arch.removeprefix("sm_")
-        return f"-gencode=arch=compute_{num},code=lto_{num}"
+        return f"-gencode=arch=compute_{num},code={code}_{num}"
 
 
 def nvcc_command(nvcc: str, opts: CompileOptions, source: str, output: str,
-                 includes: list[str]) -> list[str]:
-    """The one nvcc command line for a component (a pure function, testable alone)."""
-    cmd = [nvcc, f"-std={opts.std}", opts.opt_level, "-rdc=true", "-ltoir",
-           opts.gencode(), "--expt-relaxed-constexpr", "-Xcudafe", "--diag_suppress=177"]
+                 includes: list[str], cubin: bool = False) -> list[str]:
+    """The one nvcc command line for a component (a pure function, testable alone);
+    ``cubin``: the whole program to SASS instead (the monolithic yardstick), with the
+    same flags otherwise."""
+    target = ["-cubin", opts.gencode("sm")] if cubin else ["-rdc=true", "-ltoir",
+                                                           opts.gencode()]
+    cmd = [nvcc, f"-std={opts.std}", opts.opt_level, *target,
+           "--expt-relaxed-constexpr", "-Xcudafe", "--diag_suppress=177"]
     cmd += [f"-I{inc}" for inc in includes]
     return cmd + [*opts.extra, "-o", output, source]
 

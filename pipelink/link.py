@@ -229,19 +229,11 @@ def compile_mono(kernel: Kernel, placement: Placement, index: ComponentIndex,
         files[f"include/{path.relative_to(INCLUDE_DIR)}"] = path.read_bytes()
     stage = _materialise(stage_root, files)
     includes = [str(stage / "include"), *includes]
-    num = opts.arch.removeprefix("sm_")
+    copts = CompileOptions(opts.arch, opt_level=opts.optimize, stage_root=str(stage_root))
     with temp_dir(stage_root, ".mono-") as out_dir:
-        if opts.mono_via_lto:
-            out = Path(out_dir) / "mono.ltoir"
-            copts = CompileOptions(opts.arch, opt_level=opts.optimize,
-                                   stage_root=str(stage_root))
-            cmd = nvcc_command(tc.nvcc, copts, "mono.cu", str(out), includes)
-        else:
-            out = Path(out_dir) / "mono.cubin"
-            cmd = [tc.nvcc, "-std=c++17", opts.optimize, "-cubin",
-                   f"-gencode=arch=compute_{num},code=sm_{num}", "--expt-relaxed-constexpr",
-                   "-Xcudafe", "--diag_suppress=177", *[f"-I{i}" for i in includes],
-                   "-o", str(out), "mono.cu"]
+        out = Path(out_dir) / ("mono.ltoir" if opts.mono_via_lto else "mono.cubin")
+        cmd = nvcc_command(tc.nvcc, copts, "mono.cu", str(out), includes,
+                           cubin=not opts.mono_via_lto)
         proc = subprocess.run(cmd, cwd=stage, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ToolchainError("nvcc failed compiling the monolithic translation unit",
