@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -81,6 +81,26 @@ def test_a_ctrl_c_while_the_step_reads_its_command_line_ends_with_one_line(monke
     assert buildstep.main(["compile", "x"]) == 130
     assert capsys.readouterr().err == "pipelink: interrupted\n"
 
+
+
+def test_a_ctrl_c_python_cannot_raise_still_ends_the_step_with_one_line(monkeypatch, capsys):
+    """A Ctrl-C landing in a callback Python runs for itself (importlib's module-lock
+    cleanup) goes to the unraisable hook, not up the stack: the default hook printed
+    "Exception ignored in" and a traceback, and the step went on."""
+    from pipelink import buildstep, sconsrun
+
+    def run(argv: list[str] | None) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            sys.unraisablehook(SimpleNamespace(exc_type=type(exc), exc_value=exc,
+                                               exc_traceback=None, err_msg=None,
+                                               object=None))
+        return 0
+    monkeypatch.setattr(sconsrun, "main", run)
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    assert buildstep.main(["compile", "x"]) == 130
+    assert capsys.readouterr().err == "pipelink: interrupted\n"
 
 def _scons_tool() -> ModuleType:
     """The SCons tool (site_scons/site_tools/pipelink), under a name of its own: the
