@@ -25,15 +25,19 @@ constexpr uint32_t kAccumulate = 1;
 constexpr float kScale = pl::attn::rsqrt_constexpr(float(kHeadDim));  // softmax scale
 constexpr float kNegInf = -__builtin_huge_valf();
 constexpr uint32_t kWarpgroups = kTileM / kRows;
+constexpr uint32_t kMaxWarpgroups = 3;          // one turn barrier each: turn_a, _b, _c
 constexpr uint32_t kTurnThreads = 2 * pl::kWarpgroupThreads;   // one waits, one hands over
 constexpr bool kTakeTurns = kWarpgroups > 1 && Params::turns != 0;
 using OperandV = pl::wgmma::Sw128Operand<true, kTileN>;         // V: MN-major, K = keys
 
 static_assert(std::is_same_v<Element, __nv_bfloat16>, "this core multiplies bf16");
-static_assert(kTileM == kRows || kTileM == 2 * kRows,
-              "each warpgroup owns 64 query rows: tile_m = 64 or 128");
+static_assert(kTileM % kRows == 0 && kWarpgroups >= 1 && kWarpgroups <= kMaxWarpgroups,
+              "each warpgroup owns 64 query rows: tile_m = 64, 128 or 192");
 static_assert(kTileN == 64 || kTileN == 128, "S is one m64nN wgmma: tile_n = 64 or 128");
 static_assert(kHeadDim == 64 || kHeadDim == 128, "head_dim is 64 or 128");
+static_assert(kWarpgroups < kMaxWarpgroups || kHeadDim == 64,
+              "three consumer warpgroups get 160 registers each beside the producer, too "
+              "few for O at head_dim 128: tile_m 192 needs head_dim 64 (else tile_m 128)");
 
 using pl::attn::Fragment;
 
@@ -151,11 +155,14 @@ __device__ __forceinline__ void issue_output(float (&o)[kOutputs], uint32_t (&p)
 }
 
 // The warpgroups take turns at issuing their GEMMs (one turn: a key tile's QK^T and
-// the previous tile's P V), so one warpgroup's softmax runs while the other's wgmma
-// keep the tensor cores busy. Warpgroup g waits on barrier turn[g] and hands the turn
-// to the next. Per tile the last turn comes back to warpgroup 0, which takes it and
-// then releases warpgroup 1 from the tile: so no arrival of the next tile can meet
-// one of this tile's syncs, whatever runs between tiles.
+// the previous tile's P V), so one warpgroup's softmax runs while another's wgmma keep
+// the tensor cores busy. The turn goes round a ring: warpgroup g waits on barrier
+// turn[g] and hands the turn to warpgroup g + 1 (the last to warpgroup 0) on its
+// barrier. Each barrier joins two warpgroups, one arriving and one waiting, and one
+// turn is ever in flight, so no barrier sees a second arrival before its wait. Per
+// tile the last turn comes back to warpgroup 0, which takes it and then releases
+// warpgroup 1 from the tile, which releases warpgroup 2: so no arrival of the next
+// tile can meet one of this tile's syncs, whatever runs between tiles.
 struct Turns {
   uint32_t mine;
   uint32_t next;
@@ -171,15 +178,27 @@ struct Turns {
   }
   __device__ void close_tile() const {
     if constexpr (kTakeTurns) {
-      if (warpgroup == 0) {
-        pl::named_sync(mine, kTurnThreads);     // the turn that comes back
-        pl::named_arrive(next, kTurnThreads);   // warpgroup 1 may leave the tile
+      // Two branches, each with its sync: one sync before the branch made ptxas lay out
+      // the whole loop's registers anew (the two-warpgroup SASS stays as it was).
+      if (warpgroup < kWarpgroups - 1) {
+        pl::named_sync(mine, kTurnThreads);     // the turn the one before hands back
+        pl::named_arrive(next, kTurnThreads);   // the next warpgroup may leave the tile
       } else {
         pl::named_sync(mine, kTurnThreads);
       }
     }
   }
 };
+
+// Warpgroup g's barrier and the next one's in the ring (turn_a, turn_b, turn_c).
+__device__ __forceinline__ Turns turns_of(const pl_place_attn_fwd_core& at, uint32_t warpgroup) {
+  constexpr bool three = kWarpgroups == kMaxWarpgroups;
+  const uint32_t mine = warpgroup == 0 ? at.bar.turn_a
+                        : !three || warpgroup == 1 ? at.bar.turn_b : at.bar.turn_c;
+  const uint32_t next = warpgroup == 0 ? at.bar.turn_b
+                        : three && warpgroup == 1 ? at.bar.turn_c : at.bar.turn_a;
+  return Turns{mine, next, warpgroup};
+}
 
 // O / sum, and the row's log-sum-exp to lse (pl::attn::lse_index; rows past the sequence
 // are not written).
@@ -216,8 +235,7 @@ extern "C" __device__ void pl_attn_fwd_core_mma(const pl_place_attn_fwd_core& at
   const uint32_t warpgroup = thread / pl::kWarpgroupThreads;
   const bool releaser = thread % pl::kWarpgroupThreads == 0;
   const Fragment f = pl::attn::fragment_of(thread % pl::kWarpgroupThreads);
-  const Turns turns{warpgroup == 0 ? at.bar.turn_a : at.bar.turn_b,
-                    warpgroup == 0 ? at.bar.turn_b : at.bar.turn_a, warpgroup};
+  const Turns turns = turns_of(at, warpgroup);
   const int32_t kv_len = tile.m_end - tile.m_offset;
   const int32_t q_first = tile.m_block * int32_t(kTileM) + int32_t(warpgroup * kRows);
   const float unit = logit_unit(k);
