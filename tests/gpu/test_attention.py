@@ -121,6 +121,29 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
     torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
 
 
+@pytest.mark.parametrize("mode", ["sm_90a", "mono"])
+@pytest.mark.parametrize("recipe", ["attn_causal", "attn_dense", "attn_causal_d64"])
+def test_row_maxima_that_climb_tile_after_tile(build_dir, mode, recipe):
+    """Keys whose size grows along the sequence raise each row's max tile after tile, by
+    a factor of e^1 to e^10 (random inputs barely move it after the first tile): O's
+    rescale and the LSE must follow every move."""
+    import torch
+
+    import pipelink
+    op = pipelink.load(build_dir / mode / recipe)
+    b, s, h, hkv, d = 2, 1000, 4, 2, head_dim(recipe)
+    q, k, v = inputs(b, s, h, hkv, d, seed=7)
+    growth = 1.0 + 3.0 * torch.arange(s, device="cuda") / s
+    q = (q.float() * 4.0).to(torch.bfloat16)
+    k = (k.float() * growth[None, :, None, None]).to(torch.bfloat16)
+    o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+    lse = torch.full((b, h, s), float("nan"), device="cuda", dtype=torch.float32)
+    op(q, k, v, out=(o, lse))
+    want_o, want_lse = reference(q, k, v, recipe)
+    torch.testing.assert_close(lse, want_lse, atol=LSE_ATOL * 4, rtol=1e-4)
+    torch.testing.assert_close(o.float(), want_o, atol=O_ATOL, rtol=O_RTOL)
+
+
 BACKWARD = ("attn_causal", "attn_dense", "attn_sliding", "attn_document",
             "attn_causal_deterministic", "attn_block_sparse", "attn_softcap", "attn_alibi")
 BACKWARD_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
