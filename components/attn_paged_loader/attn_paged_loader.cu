@@ -19,6 +19,7 @@ constexpr uint32_t kTileBytesKV = kTileN * kHeadDim * sizeof(Element);
 
 static_assert(kHeadDim % kBoxColumns == 0,
               "a tile is whole 128-byte boxes: make head_dim a multiple of 64 (bf16)");
+static_assert(kTileM <= pl::tma::kMaxBoxRows, "a TMA box spans at most 256 rows: lower tile_m");
 static_assert(kTileN % kPage == 0 && kPage % kSwizzleRows == 0 &&
                   kPage <= pl::tma::kMaxBoxRows,
               "a key tile is whole pages of whole 8-row swizzle atoms: page divides tile_n, "
