@@ -26,7 +26,10 @@ ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sl
 # Recipes built at head dim 64 (their own core objects); every other one is at 128.
 HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
                "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64",
-               "attn_document_d64")
+               "attn_document_d64", "attn_causal_d64_q192", "attn_dense_d64_q192")
+# Of those, the ones whose forward takes 192-row query tiles (q_tile: three consumer
+# warpgroups); the others take 128, as at head dim 128.
+QUERY_TILE_192 = ("attn_causal_d64_q192", "attn_dense_d64_q192")
 
 
 def head_dim(recipe: str) -> int:
@@ -35,7 +38,7 @@ def head_dim(recipe: str) -> int:
 
 def mask_of(recipe: str) -> str:
     """The reference mask a recipe shares with its head-dim-128 original."""
-    return recipe.removesuffix("_deterministic").removesuffix("_d64")
+    return recipe.removesuffix("_q192").removesuffix("_deterministic").removesuffix("_d64")
 
 
 WINDOW = 1024   # attn_sliding: window_mask left 1024, right 0
@@ -100,6 +103,13 @@ CASES = [  # recipe, B, S, H, HKV
     ("attn_causal_d64", 2, 1000, 4, 2),
     ("attn_causal_d64", 1, 77, 2, 1),
     ("attn_dense_d64", 1, 333, 2, 2),
+    ("attn_causal_d64_q192", 2, 1000, 4, 2),    # 192-row query tiles: 5 and a partial one
+    ("attn_causal_d64_q192", 1, 2048, 2, 2),    # 10 whole 192-row tiles and one of 128
+    ("attn_causal_d64_q192", 2, 384, 4, 4),     # whole 192-row tiles only
+    ("attn_causal_d64_q192", 1, 193, 2, 1),     # a last tile of one row, MQA
+    ("attn_causal_d64_q192", 1, 77, 2, 1),      # one partial tile
+    ("attn_dense_d64_q192", 2, 1000, 6, 2),     # GQA, a partial last tile
+    ("attn_dense_d64_q192", 1, 2048, 2, 1),
     ("attn_sliding_d64", 1, 2500, 2, 1),
 ]
 
@@ -122,7 +132,8 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
-@pytest.mark.parametrize("recipe", ["attn_causal", "attn_dense", "attn_causal_d64"])
+@pytest.mark.parametrize("recipe", ["attn_causal", "attn_dense", "attn_causal_d64",
+                                    "attn_causal_d64_q192"])
 def test_row_maxima_that_climb_tile_after_tile(build_dir, mode, recipe):
     """Keys whose size grows along the sequence raise each row's max tile after tile, by
     a factor of e^1 to e^10 (random inputs barely move it after the first tile): O's
@@ -578,7 +589,8 @@ def paged(k, page: int, spare: int, seed: int):  # noqa: ANN001, ANN201
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
 @pytest.mark.parametrize("recipe", ["attn_paged", "attn_paged_d64"])
-@pytest.mark.parametrize("b,s,h,hkv", [(2, 1000, 4, 2), (1, 130, 2, 2), (3, 256, 2, 1)])
+@pytest.mark.parametrize("b,s,h,hkv", [(2, 1000, 4, 2), (1, 130, 2, 2), (3, 256, 2, 1),
+                                        (1, 2048, 2, 1)])
 def test_paged_kv_matches_contiguous(build_dir, mode, recipe, b, s, h, hkv):
     """attn_paged: K and V through a shuffled block table give the causal recipe's
     answer on the contiguous tensors (pages past a sequence's end hold noise)."""
@@ -614,12 +626,15 @@ def test_the_core_object_is_shared(build_dir):
                 for r in BACKWARD}
     assert len(forward) == 1, forward
     assert len(backward) == 1, backward
-    # At head dim 64 likewise: one object per core, each other than head dim 128's.
-    forward_64 = {_manifest(build_dir / "sm_90a" / r, "forward")["inputs"]["core"]
-                  for r in HEAD_DIM_64}
+    # At head dim 64 likewise: one backward object, and one forward object per query
+    # tile (192 rows, 128 rows), each other than head dim 128's.
+    forward_64 = [{_manifest(build_dir / "sm_90a" / r, "forward")["inputs"]["core"]
+                   for r in HEAD_DIM_64 if (r in QUERY_TILE_192) == tall}
+                  for tall in (True, False)]
     backward_64 = {_manifest(build_dir / "sm_90a" / r, "backward")["inputs"]["core"]
                    for r in BACKWARD_64}
-    assert len(forward_64) == 1 and forward_64 != forward, forward_64
+    assert [len(f) for f in forward_64] == [1, 1], forward_64
+    assert not forward_64[0] & forward_64[1] and not (forward_64[0] | forward_64[1]) & forward
     assert len(backward_64) == 1 and backward_64 != backward, backward_64
 
 

@@ -19,11 +19,13 @@ import yaml
 
 from pipelink.compile import cutlass_include
 from pipelink.errors import ToolchainError
+from pipelink.problem import WARPGROUP_WARPS
 from pipelink.recipe import Recipe, load_recipe
 
 from .sass import sass, sass_instructions
 
 ROOT = Path(__file__).resolve().parents[2]
+QUERY_ROWS_PER_WARPGROUP = 64      # attn_fwd_core: a consumer warpgroup per 64 query rows
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 RECIPES = sorted(p.stem for p in (ROOT / "recipes").glob("*.yaml"))
 
@@ -104,16 +106,21 @@ def test_every_recipe_links_with_folded_placement(out, name, kernel, arch):
         assert not rings
         return
     # Every looping lane reads its phase's ring, one arrival per warp: on sm_90a the
-    # loader warp and two consumer warpgroups (or two pingpong teams of one); on sm_100a
-    # the loader, the MMA warp and the epilogue warpgroup (the attention backward: the
-    # gradient warpgroup and one epilogue warpgroup for dK and dV, a lane); the sm_90a
-    # attention backward also its dQ writer warp.
+    # loader warp and two consumer warpgroups (or two pingpong teams of one; the
+    # attention forward one per 64 query rows, three at 192); on sm_100a the loader,
+    # the MMA warp and the epilogue warpgroup (the attention backward: the gradient
+    # warpgroup and one epilogue warpgroup for dK and dV, a lane); the sm_90a attention
+    # backward also its dQ writer warp.
     attention_backward = name.startswith("attn_") and kernel.startswith("backward")
+    consumer_warps = 2 * WARPGROUP_WARPS
+    if name.startswith("attn_") and kernel.startswith("forward"):
+        query_rows = result.kernel.recipe.instances(arch)["core"].params["tile_m"]
+        consumer_warps = query_rows // QUERY_ROWS_PER_WARPGROUP * WARPGROUP_WARPS
     sm100_warpgroups = 2 if attention_backward else 1
     for ring in rings:
         assert ring.consumers[0].endswith("load.producer")
-        assert ring.arrivals == {"sm_90a": 1 + 8 + attention_backward,
-                                 "sm_100a": 1 + 1 + 4 * sm100_warpgroups}[arch]
+        assert ring.arrivals == {"sm_90a": 1 + consumer_warps + attention_backward,
+                                 "sm_100a": 1 + 1 + WARPGROUP_WARPS * sm100_warpgroups}[arch]
     # Each ring's trip count is bound once, on its scheduler, where the scheduler takes
     # one (a K-packed grouped schedule reads every problem's k range from its ends, an
     # attention schedule each tile's key range from its mask or BlockMask).
@@ -131,6 +138,8 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
 
 
 @pytest.mark.parametrize("name,kernel,exps", [("attn_causal", "forward", 64),
+                                              # Three consumer warpgroups (192 rows).
+                                              ("attn_causal_d64_q192", "forward", 64),
                                               ("attn_causal", "backward", 32),
                                               ("attn_causal_d64", "backward", 32),
                                               ("attn_block_sparse", "forward", 64),

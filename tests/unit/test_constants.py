@@ -39,16 +39,27 @@ def test_one_constant_sets_every_instance_and_check(name, head_dim, buffers):
         assert f"D == {head_dim}" in recipe.launch["require"]
 
 
-def test_head_dim_64_shares_no_object_with_128_but_the_head_dim_free_ones():
-    """The _d64 recipes compile their own loader, core and stores; the scheduler and
-    the mask are head-dim free and stay the very objects attn_causal builds."""
-    base = {p.recipe.kernel: p for p in plans(RECIPES / "attn_causal.yaml", "sm_90a", INDEX)}
-    d64 = {p.recipe.kernel: p for p in plans(RECIPES / "attn_causal_d64.yaml", "sm_90a", INDEX)}
-    for kernel, plan in d64.items():
-        for inst, obj in plan.objects.items():
-            same = obj.files == base[kernel].objects[inst].files and \
-                obj.embedded() == base[kernel].objects[inst].embedded()
-            assert same == (inst not in HEAD_DIM_INSTANCES[kernel]), (kernel, inst)
+# recipe -> the instances of its forward, beyond the head-dim ones, that build objects
+# of their own on sm_90a: a 192-row query tile gives the scheduler its own.
+OWN_FORWARD_SM90 = {"attn_causal_d64": (), "attn_causal_d64_q192": ("sched",)}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_FORWARD_SM90))
+def test_head_dim_64_shares_no_object_with_128_but_the_head_dim_free_ones(name):
+    """The _d64 recipes compile their own loader, core and stores; the mask is head-dim
+    free and stays the very object attn_causal builds, and so is the scheduler where
+    the query tile is the same: the backward's, on sm_100a the forward's, and on sm_90a
+    the forward's but at q_tile 192."""
+    for arch, own in (("sm_90a", {"forward": OWN_FORWARD_SM90[name], "backward": ()}),
+                      ("sm_100a", {"forward": (), "backward": ()})):
+        base = {p.recipe.kernel: p for p in plans(RECIPES / "attn_causal.yaml", arch, INDEX)}
+        d64 = {p.recipe.kernel: p for p in plans(RECIPES / f"{name}.yaml", arch, INDEX)}
+        for kernel, plan in d64.items():
+            for inst, obj in plan.objects.items():
+                same = obj.files == base[kernel].objects[inst].files and \
+                    obj.embedded() == base[kernel].objects[inst].embedded()
+                differs = inst in HEAD_DIM_INSTANCES[kernel] or inst in own[kernel]
+                assert same != differs, (arch, kernel, inst)
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
