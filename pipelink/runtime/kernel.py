@@ -20,7 +20,13 @@ from typing import Any
 
 from ..errors import RuntimeLaunchError
 from .driver import call, current_device, driver, make_current
-from .tensors import encode_tensormap, require_aligned, require_dense, tensor_info
+from .tensors import (
+    encode_tensormap,
+    require_aligned,
+    require_cuda,
+    require_dense,
+    tensor_info,
+)
 
 KERNEL_JSON = "kernel.json"
 # What a `ptr` argument must be aligned to when its contract says nothing: the
@@ -126,9 +132,7 @@ class LinkedKernel:
                 raise RuntimeLaunchError(f"argument '{name}' ({f['type']}): {exc}") from None
         what = f"argument '{name}'"
         info = tensor_info(value, what)
-        if not info.on_gpu:
-            raise RuntimeLaunchError(f"argument '{name}' is on the CPU",
-                                     hint="move it to the GPU (.cuda())")
+        require_cuda(info, f"{what} of kernel '{self.name}'")
         if self.device is not None and info.device is not None and info.device != self.device:
             raise RuntimeLaunchError(f"argument '{name}' is on cuda:{info.device}, the kernel "
                                      f"was loaded on cuda:{self.device}",

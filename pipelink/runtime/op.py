@@ -36,6 +36,7 @@ from .tensors import (
     TensorInfo,
     overlaps_itself,
     require_aligned,
+    require_cuda,
     require_dense,
     require_tma_layout,
     spans_overlap,
@@ -456,8 +457,7 @@ class Op:
                        plan.sizes, evaluate)
 
     def _check_device(self, what: str, info: TensorInfo) -> None:
-        if not info.on_gpu:
-            raise RuntimeLaunchError(f"{what} is on the CPU", hint="move it to the GPU (.cuda())")
+        require_cuda(info, what)
         if info.device is not None and info.device != self._device.index:
             raise RuntimeLaunchError(f"{what} is on cuda:{info.device}, {self.name} was loaded "
                                      f"on cuda:{self._device.index}",

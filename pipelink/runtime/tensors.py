@@ -37,7 +37,8 @@ class TensorInfo:
     strides: tuple[int, ...]        # elements
     dtype: str
     on_gpu: bool
-    device: int | None = None       # CUDA ordinal, where known
+    device: int | None = None       # the device's ordinal, where known
+    device_type: str | None = None  # "cuda", "cpu", "meta", ... (torch.device.type), where known
 
     @property
     def itemsize(self) -> int:
@@ -66,7 +67,8 @@ def tensor_info(obj: Any, what: str, expected: str | None = None) -> TensorInfo:
                                      hint="dtypes: " + ", ".join(sorted(TORCH_DTYPES)))
         device = getattr(obj, "device", None)
         return TensorInfo(obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dtype,
-                          getattr(obj, "is_cuda", False), getattr(device, "index", None))
+                          getattr(obj, "is_cuda", False), getattr(device, "index", None),
+                          getattr(device, "type", None))
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
         raise RuntimeLaunchError(f"{what} is not a GPU tensor "
@@ -80,7 +82,29 @@ def tensor_info(obj: Any, what: str, expected: str | None = None) -> TensorInfo:
     size = expr.DTYPE_BYTES[dtype]
     strides = (tuple(s // size for s in cai["strides"]) if cai.get("strides")
                else contiguous_strides(shape))
-    return TensorInfo(cai["data"][0], shape, strides, dtype, True)
+    return TensorInfo(cai["data"][0], shape, strides, dtype, True, device_type="cuda")
+
+
+def require_cuda(info: TensorInfo, what: str) -> None:
+    """Refuses a tensor a kernel cannot read, saying where it is instead: a meta tensor
+    (a shape with no data) is told apart from one on the CPU or another device."""
+    if info.on_gpu:
+        return
+    if info.device_type == "meta":
+        raise RuntimeLaunchError(
+            f"{what} is a meta tensor (a shape with no data): a launch reads its data",
+            hint="pass CUDA tensors; meta tensors are for tracing through the op "
+                 "pipelink.load returns (a plain call, or torch.compile over it, gives meta "
+                 "outputs and launches nothing)")
+    if info.device_type == "cpu":
+        where = "is on the CPU"
+    elif info.device_type is None:
+        where = "is not on a CUDA device"
+    else:
+        index = "" if info.device is None else f":{info.device}"
+        where = f"is on device '{info.device_type}{index}'"
+    raise RuntimeLaunchError(f"{what} {where}; the kernel reads CUDA memory",
+                             hint="move it to the GPU (.cuda())")
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -90,6 +90,45 @@ def test_pointer_alignment_follows_the_contract():
     assert k._field(k.fields["store_out"], "store.out", FakeTensor((8,), ptr=0x10004))
 
 
+class OtherDeviceTensor:
+    """Just enough of a PyTorch tensor on a device that is neither CUDA nor the CPU."""
+
+    def __init__(self, device):
+        import torch
+        self.dtype, self.device, self.is_cuda = torch.bfloat16, torch.device(device), False
+        self.shape = (256, 64)
+
+    def data_ptr(self):
+        return 0
+
+    def stride(self):
+        return (64, 1)
+
+
+def _on(device):
+    import torch
+    return lambda: torch.empty(256, 64, dtype=torch.bfloat16, device=device)
+
+
+@pytest.mark.parametrize("make,needles", [
+    # A meta tensor has a shape and no data: it traces through the op, it cannot launch.
+    (_on("meta"), ["argument 'load.src' of kernel 'demo' is a meta tensor (a shape with no "
+                   "data)", "hint: pass CUDA tensors; meta tensors are for tracing through "
+                   "the op"]),
+    (_on("cpu"), ["argument 'load.src' of kernel 'demo' is on the CPU", "hint: move it to "
+                  "the GPU (.cuda())"]),
+    (lambda: OtherDeviceTensor("xpu:1"), ["argument 'load.src' of kernel 'demo' is on device "
+                                          "'xpu:1'", "hint: move it to the GPU (.cuda())"]),
+], ids=["meta", "cpu", "xpu"])
+def test_a_tensor_off_the_gpu_is_refused_naming_its_device(make, needles):
+    """A raw launch (no op in front to send meta tensors to the dispatcher) says where
+    the tensor is; it used to call every one of them a CPU tensor."""
+    with pytest.raises(RuntimeLaunchError) as err:
+        kernel().pack({"load.src": make(), "store.out": FakeTensor((4,)), "load.k_tiles": 1})
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize("value,needle", [(-1, "'load.k_tiles' (u32)"),
                                           (2 ** 32, "'load.k_tiles' (u32)"),
                                           ("4", "'load.k_tiles' (u32) takes an integer, got '4'")])

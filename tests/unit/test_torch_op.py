@@ -530,6 +530,16 @@ def test_refusals_name_the_op(op):
         op(torch.empty(300, 512, dtype=torch.bfloat16), w)
 
 
+def test_a_meta_tensor_where_the_op_launches_is_refused_as_one(op):
+    """prepare() (like out= or stream=) launches, so meta tensors cannot go to the
+    dispatcher there: the refusal says they are meta tensors, not CPU ones."""
+    x, w = _meta_xw()
+    with pytest.raises(RuntimeLaunchError,
+                       match=r"^swiglu_demo: input 'x' is a meta tensor \(a shape with no "
+                             r"data\)(.|\n)*hint: pass CUDA tensors"):
+        op.prepare(x, w)
+
+
 @pytest.mark.parametrize("fullgraph", [False, True])
 def test_a_compiled_call_with_the_wrong_inputs_is_refused_by_name(op, fullgraph):
     """Under torch.compile a call went straight to the registered op, whose schema
