@@ -155,6 +155,8 @@ def refuse_backward(op: Op, why: str = "it was loaded as a forward-only op") -> 
     name = op_name(op.kernel.meta)
     if name not in _LIBRARIES or name in _AUTOGRAD:
         return
+    if any(t.writes for t in op.spec.inputs):
+        return      # torch takes no autograd formula for an op that mutates an input
     message = (f"{op.name} has no backward kernel: {why}, and gradients cannot flow "
                "through it", str(op.kernel.folder))
     _AUTOGRAD[name] = (None, None, message)

@@ -106,6 +106,15 @@ def test_a_written_input_is_mutated_in_the_schema():
     assert schema("n", Op.from_meta(meta, 132)) == "n(Tensor x, Tensor(a1!) w) -> Tensor"
 
 
+def test_an_op_that_writes_an_input_is_left_without_an_autograd_formula():
+    """torch takes no autograd formula for an op whose schema mutates an input, so
+    refusing backward passes over it: registering the refusal raised inside PyTorch."""
+    from pipelink.runtime.torch_ops import refuse_backward
+    meta = _gemm_meta("wrefused", "x", "w", "y", (["M", "K"], ["N", "K"], ["M", "N"]))
+    meta["launch"]["inputs"][1]["writes"] = True
+    refuse_backward(Op.from_meta(meta, 132))
+
+
 def test_scratch_backward_runs_once_and_kept_outputs_are_not_differentiable():
     """A forward that keeps 'keep' for a gradient kernel that writes into it: the kept
     output takes no gradient (autograd builds no zeros for it), the backward releases
