@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import torch_ops
 from .kernel import Launch, LinkedKernel, read_kernel_folder
 from .kernelset import KERNELS_JSON, KernelSet
 from .op import Op, PreparedCall
@@ -33,6 +32,4 @@ def load(folder: Path | str) -> Op | KernelSet:
     folder = Path(folder)
     if (folder / KERNELS_JSON).is_file():
         return KernelSet(folder)
-    op = Op(folder)
-    torch_ops.refuse_backward(op)     # one kernel: no gradient kernels to run
-    return op
+    return Op(folder)       # one kernel: no gradient kernels, so it refuses backward

@@ -83,14 +83,11 @@ class KernelSet:
             names = [o.name for o in self.forward_op.spec.outputs]
             if self.autograd.get("returns"):
                 self._returns = tuple(names.index(n) for n in self.autograd["returns"])
-        elif self.dispatch:
-            for op in self._dispatched():     # forward-only kernels, one op
-                torch_ops.refuse_backward(op)
-        elif len(self.kernels) == 1:
+        elif len(self.kernels) == 1 and not self.dispatch:
             # One kernel and no gradients (a recipe that removed the rest, e.g. a
-            # forward-only variant): calling the set calls it, as a one-kernel recipe's op.
+            # forward-only variant): calling the set calls it, as a one-kernel recipe's op
+            # (which, like every op without gradient kernels, refuses backward).
             self.forward_op = next(iter(self.kernels.values()))
-            torch_ops.refuse_backward(self.forward_op)
 
     def _dispatched(self) -> list[Op]:
         return [op for op, _ in self.dispatch]

@@ -7,6 +7,8 @@
   captured), so concurrent launches never share one.
 - It is a ``torch.library`` custom op with a fake implementation, so
   ``torch.compile(fullgraph=True)`` traces it without a graph break.
+- Backpropagating through it is refused, naming it, unless its recipe's gradient
+  kernels were loaded with it (:class:`~pipelink.runtime.kernelset.KernelSet`).
 - Every argument is checked before a launch (shape, strides, alignment, dtype, device,
   overlap); a mistake is a :class:`RuntimeLaunchError` naming the argument, never a CUDA
   error or an out-of-bounds write.
@@ -131,6 +133,9 @@ class Op:
         # index tensors (pipelink/runtime/contents.py)
         self.check_contents = True
         self.torch_op = torch_ops.register(self)
+        # No gradients until its recipe's gradient kernels give it some (KernelSet):
+        # backpropagating through it is an error, not a gradient silently left None.
+        torch_ops.refuse_backward(self)
 
     @property
     def name(self) -> str:

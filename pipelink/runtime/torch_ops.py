@@ -146,17 +146,26 @@ def register(op: Op) -> Any:
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def refuse_backward(op: Op, why: str = "it was loaded as a forward-only op") -> None:
+FORWARD_ONLY = "it was loaded as a forward-only op"
+
+
+def refuse_backward(op: Op, why: str = FORWARD_ONLY) -> None:
     """Makes backpropagation through a forward-only op an error naming it (and `why` it
     has no gradients). Without an autograd formula, PyTorch would hand back no gradient
-    for its inputs and warn at most: a model would train with q.grad silently None. A
-    formula set for the op (set_autograd: its recipe's gradient kernels, loaded before or
-    after) wins."""
+    for its inputs and warn at most: a model would train with q.grad silently None.
+
+    Every :class:`Op` refuses so when it is built (with the plain `why`); a formula set
+    for the op (set_autograd: its recipe's gradient kernels, loaded before or after)
+    wins, and a refusal with a reason of its own (gradient kernels built for another
+    arch) replaces the plain one."""
     name = op_name(op.kernel.meta)
-    if name not in _LIBRARIES or name in _AUTOGRAD:
+    if name not in _LIBRARIES:
         return
     if any(t.writes for t in op.spec.inputs):
         return      # torch takes no autograd formula for an op that mutates an input
+    held = _AUTOGRAD.get(name)
+    if held is not None and (held[2] is None or why == FORWARD_ONLY):
+        return
     message = (f"{op.name} has no backward kernel: {why}, and gradients cannot flow "
                "through it", str(op.kernel.folder))
     _AUTOGRAD[name] = (None, None, message)

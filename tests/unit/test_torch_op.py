@@ -426,6 +426,21 @@ def test_a_forward_only_op_refuses_backward():
         y.float().sum().backward()
 
 
+def test_an_op_built_directly_refuses_backward_as_a_loaded_one():
+    """Op(folder) (or Op.from_meta) without pipelink.load: the same refusal, naming the
+    op, not PyTorch's warning and a gradient left None."""
+    meta = copy.deepcopy(META)
+    meta["cubin_sha256"] = "ef" * 32            # an op of its own
+    op = Op.from_meta(meta, num_sms=132)
+    x = torch.empty(256, 512, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    w = torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")
+    y = op(x, w)
+    assert y.requires_grad
+    with pytest.raises(RuntimeLaunchError, match="swiglu_demo has no backward kernel: it was "
+                                                 "loaded as a forward-only op"):
+        y.float().sum().backward()
+
+
 @pytest.mark.parametrize("refused_first", [True, False])
 def test_a_forward_loaded_alone_and_in_its_set_share_one_formula(refused_first):
     """One process may load a kernel folder alone (forward-only: refused) and its recipe
@@ -476,6 +491,10 @@ def test_gradients_built_for_another_arch_refuse_backward_naming_them():
     with pytest.raises(RuntimeLaunchError,
                        match="kernel 'dgrad' is built for sm_90a only, not for sm_100a"):
         y.sum().backward()
+    # The forward kernel built again alone keeps the refusal that says why.
+    alone = Op.from_meta(_gemm_meta("belsewhere", "x", "w", "y", shapes), 132)
+    with pytest.raises(RuntimeLaunchError, match="kernel 'dgrad' is built for sm_90a only"):
+        alone(x, w).sum().backward()
 
 
 class _DeviceArray:
