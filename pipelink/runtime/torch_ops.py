@@ -163,9 +163,10 @@ def refuse_backward(op: Op, why: str = FORWARD_ONLY) -> None:
         return
     if any(t.writes for t in op.spec.inputs):
         return      # torch takes no autograd formula for an op that mutates an input
-    held = _AUTOGRAD.get(name)
-    if held is not None and (held[2] is None or why == FORWARD_ONLY):
-        return
+    if name in _AUTOGRAD:
+        _, _, refusal = _AUTOGRAD[name]
+        if refusal is None or why == FORWARD_ONLY:
+            return  # a formula wins, and so does a refusal that says more than the plain one
     message = (f"{op.name} has no backward kernel: {why}, and gradients cannot flow "
                "through it", str(op.kernel.folder))
     _AUTOGRAD[name] = (None, None, message)
