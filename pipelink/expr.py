@@ -6,7 +6,9 @@ unary ``+ -``, ``+ - * // % **`` and calls to ``min``, ``max``, ``ceil_div``,
 ``align_up``, ``pow2_ceil`` and ``sizeof``, and one choice form, ``a if p == 'word' else b``, where
 ``p`` is a param holding a word (``==`` or ``!=`` against a quoted word or an integer):
 a contract's sizes may follow a word param such as a loader's operand majorness.
-Other comparisons, chained ones, attributes, subscripts and lambdas are refused.
+A *condition* (``condition=True``: a named barrier's ``when``) is that comparison alone,
+``tile_m == 192``, worth 1 or 0. Other comparisons, chained ones, attributes, subscripts and
+lambdas are refused.
 Nothing is ever passed to ``eval``. Values stay within 64 bits
 (:data:`MAX_MAGNITUDE`) and expressions are short (:data:`MAX_EXPR_CHARS`), so no
 contract can make the linker compute for long.
@@ -63,20 +65,23 @@ _ALLOWED_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, a
 _SYNTAX_HINT = ("use integers, names, + - * // % ** and "
                 "min/max/ceil_div/align_up/pow2_ceil/sizeof, "
                 "or a if p == 'word' else b")
+_CONDITION_HINT = ("write one == or != comparison over params, e.g. tile_m == 192 "
+                   "or dtype != 'f32'")
 
 
-def names(text: str | int, *, where: str = "") -> set[str]:
-    """The free names an expression reads (dtype names inside sizeof() excluded).
+def names(text: str | int, *, where: str = "", condition: bool = False) -> set[str]:
+    """The free names an expression (or, with ``condition``, a condition) reads, dtype
+    names inside sizeof() excluded.
 
     Also refuses, naming ``where``, any syntax :func:`evaluate` would refuse whatever
     the names are bound to, so a contract fails when it is loaded, not when it is used.
     """
-    if isinstance(text, int) and not isinstance(text, bool):
+    if isinstance(text, int) and not isinstance(text, bool) and not condition:
         return set()
-    tree = _parse(text, where)
+    tree = _parse_condition(text, where) if condition else _parse(text, where)
     for node in ast.walk(tree):
         _check_node(node, text, where)
-    _check_choices(tree, text, where)
+    _check_choices(tree, text, where, condition=condition)
     found: set[str] = set()
     skip: set[int] = set()
     for node in ast.walk(tree):
@@ -90,10 +95,12 @@ def names(text: str | int, *, where: str = "") -> set[str]:
 
 
 def _check_choices(tree: ast.Expression, text: object, where: str, *,
-                   words: bool = True) -> None:
-    """Comparisons only as a choice's test, quoted words only as a comparison's operand,
-    whatever the names are bound to."""
+                   words: bool = True, condition: bool = False) -> None:
+    """Comparisons only as a choice's test (or as the whole of a condition), quoted words
+    only as a comparison's operand, whatever the names are bound to."""
     tests = {id(n.test) for n in ast.walk(tree) if isinstance(n, ast.IfExp)}
+    if condition:
+        tests.add(id(tree.body))
     operands = {id(o) for n in ast.walk(tree) if isinstance(n, ast.Compare)
                 for o in (n.left, *n.comparators)}
     for node in ast.walk(tree):
@@ -142,9 +149,15 @@ def _check_node(node: ast.AST, text: object, where: str) -> None:
             raise fail("sizeof takes one dtype name")
 
 
-def evaluate(text: str | int, env: Mapping[str, Value], *, where: str = "") -> int:
-    """Evaluate ``text`` with names bound by ``env``; raise ContractError naming
-    ``where`` on anything else (unbound names, division by zero, odd syntax)."""
+def evaluate(text: str | int, env: Mapping[str, Value], *, where: str = "",
+             condition: bool = False) -> int:
+    """Evaluate ``text`` with names bound by ``env`` (a condition to 1 or 0); raise
+    ContractError naming ``where`` on anything else (unbound names, division by zero, odd
+    syntax)."""
+    if condition:
+        tree = _parse_condition(text, where)
+        _check_choices(tree, text, where, words=False, condition=True)
+        return _Evaluator(env, str(text), where).visit(tree.body)
     if isinstance(text, bool):
         raise ContractError(f"expected an integer expression, got {text!r}", where=where)
     if isinstance(text, int):
@@ -178,6 +191,20 @@ def _parse(text: object, where: str) -> ast.Expression:
     except (RecursionError, MemoryError, ValueError):  # nesting, or a 4300-digit literal
         raise ContractError(f"cannot parse expression {text!r}: too deep or too large",
                             where=where, hint=_SYNTAX_HINT) from None
+
+
+def _parse_condition(text: object, where: str) -> ast.Expression:
+    """A condition parsed: one == or != comparison, nothing around it."""
+    if not isinstance(text, str):
+        raise ContractError(f"expected a condition, got {text!r}", where=where,
+                            hint=_CONDITION_HINT)
+    tree = _parse(text, where)
+    body = tree.body
+    if not (isinstance(body, ast.Compare) and len(body.ops) == 1
+            and isinstance(body.ops[0], (ast.Eq, ast.NotEq))):
+        raise ContractError(f"{text!r} is not a condition", where=where,
+                            hint=_CONDITION_HINT)
+    return tree
 
 
 class _Evaluator(ast.NodeVisitor):

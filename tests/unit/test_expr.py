@@ -145,6 +145,59 @@ def test_names_and_sizeof_names(text, names, sizeofs):
     assert expr.sizeof_names(text) == sizeofs
 
 
+# A condition (a named barrier's when): one == or != comparison, worth 1 or 0.
+CONDITIONS = [
+    ("rows == 128", 1),
+    ("rows == 192", 0),
+    ("rows != 192", 1),
+    ("rows // 2 == cols", 1),
+    ("dtype == 'bf16'", 1),
+    ("dtype != 'bf16'", 0),
+    ("(rows if dtype == 'bf16' else cols) == 64", 0),
+]
+
+CONDITIONS_REFUSED = [
+    # (value, substring of the message)
+    ("rows", "'rows' is not a condition"),
+    ("rows * 2", "is not a condition"),
+    ("rows >= 128", "is not a condition"),
+    ("rows == 128 == rows", "is not a condition"),
+    ("1 if rows == 128 else 0", "is not a condition"),
+    ("(rows == 128) == 1", "a comparison is a value only as a choice's test"),
+    ("rows == 'bf16' + 1", "not an integer"),
+    ("rows ==", "cannot parse"),
+    (1, "expected a condition, got 1"),
+    (True, "expected a condition, got True"),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), CONDITIONS, ids=[t for t, _ in CONDITIONS])
+def test_a_condition_is_one_or_zero(text, value):
+    assert expr.evaluate(text, ENV, where="c.yaml: named_barriers.b.when",
+                         condition=True) == value
+    assert expr.names(text, condition=True) <= set(ENV)
+
+
+@pytest.mark.parametrize(("value", "message"), CONDITIONS_REFUSED,
+                         ids=[str(t) for t, _ in CONDITIONS_REFUSED])
+def test_a_condition_is_one_comparison_and_nothing_else(value, message):
+    for check in (lambda: expr.names(value, where="c.yaml: named_barriers.b.when",
+                                     condition=True),
+                  lambda: expr.evaluate(value, ENV, where="c.yaml: named_barriers.b.when",
+                                        condition=True)):
+        with pytest.raises(ContractError, match="c.yaml: named_barriers.b.when") as info:
+            check()
+        assert message in str(info.value)
+
+
+def test_a_size_is_never_a_comparison():
+    """Outside a condition a comparison is still only a choice's test."""
+    with pytest.raises(ContractError, match="only as a choice's test"):
+        expr.evaluate("rows == 128", ENV)
+    with pytest.raises(ContractError, match="only as a choice's test"):
+        expr.names("rows == 128")
+
+
 @pytest.mark.parametrize("depth", [50, 150, 249])
 def test_deep_nesting_evaluates_or_is_refused_never_overflows(depth):
     for text in ("-" * (2 * depth) + "1", "(" * min(depth, 199) + "1" + ")" * min(depth, 199),
