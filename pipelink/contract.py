@@ -346,17 +346,34 @@ class BoundContract:
         return {**self.params, **(tunables or {})}
 
     def eval(self, value: Any, key: str, tunables: dict[str, int] | None = None) -> int:
-        return expr.evaluate(value, self.env(tunables), where=self.contract.where(key))
+        """The value of the expression at ``key`` (a condition's: 1 or 0)."""
+        return expr.evaluate(value, self.env(tunables), where=self.contract.where(key),
+                             condition=is_condition(key))
 
-    def depends(self, value: Any) -> tuple[str, ...]:
-        """The tunables an expression reads, in contract order."""
-        used = expr.names(value) if not isinstance(value, int) else set()
+    def depends(self, value: Any, key: str = "") -> tuple[str, ...]:
+        """The tunables an expression (the one at ``key``) reads, in contract order."""
+        used = (expr.names(value, condition=is_condition(key))
+                if not isinstance(value, int) else set())
         return tuple(t for t in self.contract.tunables if t in used)
+
+    def places(self, barrier: str) -> bool:
+        """Whether this instance places named barrier ``barrier``: it has no ``when``, or
+        its ``when`` holds for these params."""
+        when = self.contract.section("named_barriers")[barrier].get("when")
+        return when is None or bool(self.eval(when, f"named_barriers.{barrier}.when"))
+
+    def named_barriers(self) -> dict[str, dict[str, Any]]:
+        """The named barriers this instance places, name -> spec as written: every one
+        the contract declares but those whose ``when`` is false for these params. The
+        placement struct still has a field for each declared one (see
+        :data:`pipelink.problem.UNPLACED_BARRIER`)."""
+        return {name: spec for name, spec in self.contract.section("named_barriers").items()
+                if self.places(name)}
 
     def tabulate(self, value: Any, key: str) -> tuple[tuple[str, ...],
                                                        tuple[tuple[tuple[int, ...], int], ...]]:
         """(depends, table): the value for every combination of the tunables it reads."""
-        deps = self.depends(value)
+        deps = self.depends(value, key)
         combos: list[tuple[int, ...]] = [()]
         if math.prod(len(self.contract.tunables[d]) for d in deps) > MAX_COMBINATIONS:
             raise ContractError(f"{key} reads tunables {', '.join(deps)}: more than "
@@ -382,9 +399,10 @@ class BoundContract:
         return out
 
     def _try(self, value: Any, key: str) -> Any:
-        if isinstance(value, (bool, list)) or self.depends(value):
+        if isinstance(value, (bool, list)) or self.depends(value, key):
             return value
-        return self.eval(value, key)
+        result = self.eval(value, key)
+        return bool(result) if is_condition(key) else result
 
 
 def load_contract(path: Path | str) -> Contract:
@@ -644,10 +662,20 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 # Fields the checker, the placer and the header need as one number per object: they
 # may read params but no tunable.
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
-                           r"|named_barriers\.\w+\.threads|args\[\d+\]\.(box\[\d+\]|swizzle)|counters\.\w+"
+                           r"|named_barriers\.\w+\.(threads|when)|args\[\d+\]\.(box\[\d+\]|swizzle)|counters\.\w+"
                            r"|scratch\.\w+|cluster\[\d\]|tmem\.\w+\.cta_group"
                            r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers|multicast"
                            r"|shape\[\d+\])")
+
+# Fields that are conditions (one == or != comparison, 1 or 0), not sizes: whether a named
+# barrier is placed at all for an instance's params.
+_CONDITIONS = re.compile(r"named_barriers\.\w+\.when")
+
+
+def is_condition(key: str) -> bool:
+    """Whether the contract field at ``key`` is a condition rather than a size."""
+    return _CONDITIONS.fullmatch(key) is not None
+
 
 TMA_SWIZZLES = (0, 32, 64, 128)   # bytes; cuTensorMapEncodeTiled's four modes
 
@@ -656,6 +684,7 @@ _RANGES = (
     (r"roles\.\w+\.warps", 1, 32, "a role runs in 1..32 warps"),
     (r"roles\.\w+\.registers", 0, 255, "a thread holds at most 255 registers"),
     (r"named_barriers\.\w+\.threads", 32, 1024, "bar.sync counts whole warps, at most 1024"),
+    (r"named_barriers\.\w+\.when", 0, 1, "a condition is 1 (placed) or 0 (not placed)"),
     (r"tmem\.\w+\.columns", 0, 512, "Tensor Memory has 512 columns"),
     (r"(tmem\.\w+|ports\.\w+)\.cta_group", 1, 2, "an MMA runs on one CTA or a CTA pair"),
     (r"ports\.\w+\.multicast", 1, 16, "a multicast reaches 1..16 CTAs of a cluster"),
@@ -678,7 +707,7 @@ def _check_range(key: str, value: int, c: Contract) -> None:
             continue
         limits = f"outside {low}..{high}" if high is not None else f"less than {low}"
         bad = value < low or (high is not None and value > high)
-        if not bad and key.startswith("named_barriers.") and value % 32:
+        if not bad and re.fullmatch(r"named_barriers\.\w+\.threads", key) and value % 32:
             bad, limits = True, "not a multiple of 32"
         if not bad and key.endswith(".align") and value & (value - 1):
             bad, limits = True, "not a power of two"
@@ -713,7 +742,7 @@ def _check_expressions(c: Contract) -> None:
                                 where=c.where(f"tunables.{name}"), hint="rename one of them")
     known = set(params) | set(c.tunables)
     for key, value in _expressions(c):
-        for name in sorted(expr.names(value, where=c.where(key))):
+        for name in sorted(expr.names(value, where=c.where(key), condition=is_condition(key))):
             if name not in known:
                 raise ContractError(
                     f"unbound name '{name}' in {key}", where=c.where(key),

@@ -35,12 +35,14 @@ def _expressions() -> str:
         "the contract's params and tunables, e.g. `stages*rows*cols*sizeof(dtype)`. It may",
         "use integer literals, names, unary `+ -`, `+ - * // % **` and the functions",
         "`min`, `max`, `ceil_div(a, b)`, `align_up(a, b)`, `pow2_ceil(a)` (the least power",
-        "of two >= a) and `sizeof(dtype)`. Nothing else",
-        "parses: no attributes, calls of other functions, comparisons or true division.",
+        "of two >= a) and `sizeof(dtype)`, and one choice, `a if p == 'word' else b` (`==`",
+        "or `!=` against a quoted word or an integer). Nothing else parses: no attributes,",
+        "calls of other functions, other comparisons or true division. A named barrier's",
+        "`when` is a condition: that comparison alone, e.g. `tile_m == 192`, over params.",
         f"Expressions are at most {expr.MAX_EXPR_CHARS} characters; every value stays below",
         "2^64 in magnitude and exponents within 0..64. Fields the placer or the header",
-        "need as one number per object (warps, registers, align, threads, count, shape,",
-        "arrivals, slots, readers, box) may read params only, not tunables.", "",
+        "need as one number per object (warps, registers, align, threads, when, count,",
+        "shape, arrivals, slots, readers, box) may read params only, not tunables.", "",
         f"dtypes: {dtypes}.", ""])
 
 

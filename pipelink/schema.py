@@ -175,7 +175,12 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
         "fixed": {"type": "integer", "minimum": 1, "maximum": 15,
                   "description": "a hard-coded id (third-party code); omit to let the "
                                  "linker place it"},
-        "live": LIVE}, ["threads"]), "named barriers (bar.sync ids)"),
+        "live": LIVE,
+        "when": {"type": "string", "minLength": 1,
+                 "description": "a condition over params (one == or != comparison, e.g. "
+                                "tile_m == 192): where it is false the barrier is not "
+                                "placed, and its at.bar field holds an id no barrier has"}},
+        ["threads"]), "named barriers (bar.sync ids)"),
     "tmem": _map(_obj({"columns": EXPR,
                        "cta_group": {**EXPR, "description": "2: the allocation spans a CTA "
                                                            "pair (a cta_group::2 MMA's "
