@@ -712,7 +712,7 @@ def _arrivals(bound: dict[str, BoundContract], end: Endpoint) -> int:
 def _check_fixed_barriers(bound: dict[str, BoundContract], problems: _Problems) -> None:
     owners: dict[int, str] = {}
     for name, b in bound.items():
-        for bar, spec in sorted(b.contract.section("named_barriers").items()):
+        for bar, spec in sorted(b.named_barriers().items()):
             fixed = spec.get("fixed")
             if fixed is None:
                 continue
@@ -1439,7 +1439,7 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
                                       b.eval(spec["threads"], f"named_barriers.{name}"),
                                       spec.get("fixed"), _live(spec),
                                       f"{where}: named_barriers.{name}")
-                         for name, spec in b.contract.section("named_barriers").items()]
+                         for name, spec in b.named_barriers().items()]
         for _, port in sorted(b.contract.ports.items()):
             if port.kind == "work" and port.dir == "out":
                 buffers += _work_buffers(b, inst, port)

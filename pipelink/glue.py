@@ -36,7 +36,13 @@ from .compile import INCLUDE_DIR
 from .contract import RING_PORTS, BoundContract
 from .errors import GlueError
 from .interfaces import INTERFACES, caller_symbol
-from .problem import THREADS_PER_WARP, TMEM_MIN_COLUMNS, WARPGROUP_WARPS, Placement
+from .problem import (
+    THREADS_PER_WARP,
+    TMEM_MIN_COLUMNS,
+    UNPLACED_BARRIER,
+    WARPGROUP_WARPS,
+    Placement,
+)
 from .work import PER_TILE_WORK, RECORD_BYTES
 
 MBARRIER_BYTES = 8
@@ -299,6 +305,8 @@ class _Glue:
         if section == "mbarriers":
             return str(p.smem[team_key(f"{inst}.mbar.{name}", team)][0])
         if section == "named_barriers":
+            if not b.places(name):   # its `when` is false: only dead code reads the field
+                return f"{UNPLACED_BARRIER:#x}"
             return str(p.barriers[team_key(f"{inst}.{name}", team)])
         if section == "tmem":
             return str(p.tmem[f"{inst}.{name}"][0])

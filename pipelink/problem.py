@@ -25,6 +25,13 @@ ARCH_LIMITS: dict[str, dict[str, int]] = {
                 "named_barriers": 16, "tmem_columns": 0},
 }
 
+# The id in the placement struct of a named barrier that is not placed (its contract's
+# `when` is false for the instance's params): the struct has a field for every declared
+# barrier, and code that reads this one is dead for those params. It is no hardware id
+# (0..15) and no placed one, so the linked PTX naming it fails verification
+# (verify.check_linked_barriers) rather than syncing on whatever id ptxas would make
+# of it (ptxas keeps only the low four bits of a folded id, silently).
+UNPLACED_BARRIER = 0xFFFF_FFFF
 WARPGROUP_WARPS = 4
 DYNAMIC_SMEM_ALIGN = 1024      # pl_dynamic_smem's __align__ (smem.cuh): it follows the static
 THREADS_PER_WARP = 32

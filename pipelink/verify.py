@@ -36,7 +36,13 @@ from .check import Kernel
 from .compile import INCLUDE_DIR
 from .errors import LinkError, ToolchainError
 from .objfile import ComponentObject
-from .problem import ARCH_LIMITS, DYNAMIC_SMEM_ALIGN, Placement, static_footprint
+from .problem import (
+    ARCH_LIMITS,
+    DYNAMIC_SMEM_ALIGN,
+    UNPLACED_BARRIER,
+    Placement,
+    static_footprint,
+)
 
 # PTX scalar type -> bytes (a .shared declaration's element size).
 _PTX_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
@@ -247,11 +253,11 @@ def check_component_code(kernel: Kernel, objects: dict[str, ComponentObject],
         b = kernel.bound[inst]
         funcs = probe.reachable(obj.header["symbols"].values())
         label = f"component '{b.name}' (instance '{inst}')"
+        placed = b.named_barriers()
         threads = {name: b.eval(spec["threads"], f"named_barriers.{name}.threads")
-                   for name, spec in b.contract.section("named_barriers").items()}
+                   for name, spec in placed.items()}
         fixed = {spec["fixed"]: (name, threads[name])
-                 for name, spec in b.contract.section("named_barriers").items()
-                 if spec.get("fixed")}
+                 for name, spec in placed.items() if spec.get("fixed")}
         for f in sorted(funcs):
             for use in probe.functions[f].barriers:
                 _check_own_barrier(use, fixed, label, inst, b.name, obj.path)
@@ -323,6 +329,8 @@ def check_linked_barriers(ptx: str, kernel: Kernel, placement: Placement) -> Non
         for use in f.barriers:
             if use.id is None or use.id == 0:
                 continue
+            if use.id % 2**32 == UNPLACED_BARRIER:   # PTX may write it as -1
+                _unplaced_barrier(use, kernel)
             if use.id not in at_id:
                 placed = ", ".join(f"{n} = {i}" for n, i in sorted(placement.barriers.items()))
                 raise ContractViolation(
@@ -337,6 +345,20 @@ def check_linked_barriers(ptx: str, kernel: Kernel, placement: Placement) -> Non
                     f"threads ('{use.text}'), but it is placed for {owners}",
                     hint="the code's thread count and the contract's "
                          "named_barriers.<name>.threads must agree")
+
+
+def _unplaced_barrier(use: BarrierUse, kernel: Kernel) -> None:
+    """A sync on the id the glue gives a barrier whose `when` is false: code the
+    component meant to be dead for these params is not."""
+    unplaced = sorted(f"{inst}.{name}" for inst, b in kernel.bound.items()
+                      for name in b.contract.section("named_barriers")
+                      if not b.places(name))
+    raise ContractViolation(
+        f"the linked kernel uses named barrier id {UNPLACED_BARRIER:#x} ('{use.text}'), the "
+        "id of a barrier that is not placed (its contract's when is false for the params: "
+        f"{', '.join(unplaced) or 'none'})",
+        hint="the code that reads such a barrier must be dead for those params: test the "
+             "same condition as the contract's when (if constexpr), or widen the when")
 
 
 @dataclass(frozen=True)
