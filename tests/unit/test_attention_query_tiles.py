@@ -93,7 +93,8 @@ def test_the_forward_takes_one_query_tile(name):
 def test_the_forward_places_a_consumer_warpgroup_per_64_query_rows(name):
     """Three consumer warpgroups of 160 registers and a 32-register producer warpgroup
     fill the 64K register file (4 x 128 threads x 128 at launch); two get 232 each.
-    Each turn barrier has its own id, and the store's barrier spans every consumer."""
+    A turn barrier per warpgroup, each with its own id (turn_c, the third's, is not
+    placed for two), and the store's barrier spans every consumer."""
     recipe, bound = forward_of(name)
     problem = check(recipe, "sm_90a", bound).problem
     placement = place(problem)
@@ -101,6 +102,27 @@ def test_the_forward_places_a_consumer_warpgroup_per_64_query_rows(name):
     producer, consumers = {2: (40, 232), 3: (PRODUCER_REGISTERS, 160)}[warpgroups]
     assert placement.roles[CONSUMERS].warps == warpgroups * WARPGROUP_WARPS
     assert placement.warpgroup_regs == (producer,) + (consumers,) * warpgroups
-    assert len({placement.barriers[t] for t in TURNS}) == len(TURNS)
+    turns = TURNS[:warpgroups]
+    assert sorted(b for b in placement.barriers if b.startswith("core.")) == sorted(turns)
+    assert len({placement.barriers[t] for t in turns}) == len(turns)
     threads = {b.name: b.threads for b in problem.barriers}
     assert threads["store.staged"] == placement.roles[CONSUMERS].warps * THREADS_PER_WARP
+
+
+# tile_m -> the turn barriers the core places: turn_c only for a third warpgroup (its
+# when: tile_m == 192), so with two the barriers placed after it keep their ids.
+@pytest.mark.parametrize("tile_m,placed", [(64, ("turn_a", "turn_b")),
+                                           (128, ("turn_a", "turn_b")),
+                                           (192, ("turn_a", "turn_b", "turn_c"))])
+def test_the_core_places_turn_c_for_a_third_warpgroup_only(tile_m, placed):
+    bound = load_contract(CORE).bind({"tile_m": tile_m, "head_dim": 64})
+    assert tuple(bound.named_barriers()) == placed
+
+
+@pytest.mark.parametrize("name,store", [("attn_causal", 3), ("attn_dense_d64", 3),
+                                        ("attn_causal_d64_q192", 4)])
+def test_the_store_barrier_follows_the_placed_turns(name, store):
+    """The ids the forwards measured on the GPU: the store's barrier after two turn
+    barriers (three with 192-row tiles)."""
+    recipe, bound = forward_of(name)
+    assert place(check(recipe, "sm_90a", bound).problem).barriers["store.staged"] == store
