@@ -154,20 +154,17 @@ def evaluate(text: str | int, env: Mapping[str, Value], *, where: str = "",
     """Evaluate ``text`` with names bound by ``env`` (a condition to 1 or 0); raise
     ContractError naming ``where`` on anything else (unbound names, division by zero, odd
     syntax)."""
-    if condition:
-        tree = _parse_condition(text, where)
-        _check_choices(tree, text, where, words=False, condition=True)
-        return _Evaluator(env, str(text), where).visit(tree.body)
-    if isinstance(text, bool):
+    if isinstance(text, bool) and not condition:
         raise ContractError(f"expected an integer expression, got {text!r}", where=where)
-    if isinstance(text, int):
+    if isinstance(text, int) and not condition:
         if abs(text) >= MAX_MAGNITUDE:
             raise ContractError(f"{text} is out of the 64-bit range", where=where)
         return text
     try:
-        tree = _parse(text, where)
-        _check_choices(tree, text, where, words=False)  # a quoted word fails where visited
-        return _Evaluator(env, text, where).visit(tree.body)
+        tree = _parse_condition(text, where) if condition else _parse(text, where)
+        # A quoted word fails where visited.
+        _check_choices(tree, text, where, words=False, condition=condition)
+        return _Evaluator(env, str(text), where).visit(tree.body)
     except RecursionError:
         raise ContractError(f"expression {text!r} is nested too deeply", where=where,
                             hint=_SYNTAX_HINT) from None

@@ -210,6 +210,18 @@ def test_deep_nesting_evaluates_or_is_refused_never_overflows(depth):
             assert value in (1, depth)
 
 
+@pytest.mark.parametrize("depth", [50, 150, 249])
+def test_a_deeply_nested_condition_evaluates_or_is_refused(depth):
+    for text in ("-" * (2 * depth) + "1 == 1", "(" * min(depth, 199) + "1" + ")" * min(depth, 199)
+                 + " == 1"):
+        try:
+            value = expr.evaluate(text, ENV, where="c.yaml: k", condition=True)
+        except ContractError as exc:
+            assert "c.yaml: k" in str(exc)
+        else:
+            assert value == 1
+
+
 def test_never_calls_eval_or_exec(monkeypatch):
     """ast.parse compiles to a syntax tree only; nothing may compile to code or run it."""
     real_compile = builtins.compile
