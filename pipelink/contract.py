@@ -283,11 +283,107 @@ class BoundContract:
                 _, table = self.tabulate(value, key)
                 for _, result in table:
                     _check_range(key, result, self.contract)
+            self._check_rings()
+            self._check_tensormaps()
         except ContractError as exc:
             shown = ", ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
             source = f", set in {where}" if where else ""
             raise ContractError(f"{exc.message} (params: {shown or 'none'}{source})",
                                 where=exc.where, hint=exc.hint) from None
+
+    def _check_rings(self) -> None:
+        """Each ring a port produces fits what it names, for every value of the tunables:
+        its shared-memory buffer holds every stage (stages x the tile's bytes) and its full
+        and empty mbarrier arrays hold one barrier per stage. Else the stages past the end
+        land on the next buffer or barrier: a kernel that builds, then hangs or computes
+        garbage."""
+        c = self.contract
+        for port in c.ports.values():
+            if port.dir != "out" or port.kind not in RING_PORTS:
+                continue
+            key = f"ports.{port.name}"
+            stages = port.spec["stages"]
+            if port.kind == "smem_pipeline":
+                dtype = self.dtype(port.dtype, f"{key}.dtype")
+                shape = [self.eval(d, f"{key}.shape[{i}]")
+                         for i, d in enumerate(port.spec["shape"])]
+                tile = math.prod(shape) * expr.DTYPE_BYTES[dtype]
+                buffer = port.spec["buffer"]
+                written = "*".join(f"({v})" if isinstance(v, str) and not v.isidentifier()
+                                   else str(v) for v in (stages, *port.spec["shape"]))
+                self._at_least(f"smem.{buffer}.bytes", c.section("smem")[buffer]["bytes"],
+                               stages, tile,
+                               f"port '{port.name}' rings {{stages}} stages of {tile} bytes "
+                               f"(shape {shape} of {dtype}), but smem.{buffer} holds "
+                               "{value} bytes: the stages past its end would overwrite "
+                               "the next buffer",
+                               f"size smem.{buffer}.bytes as {written}*sizeof({port.dtype})")
+            for bar in ("full", "empty"):
+                name = port.spec[bar]
+                spec = c.section("mbarriers")[name]
+                count = spec["count"] if isinstance(spec, dict) else spec
+                self._at_least(f"mbarriers.{name}", count, stages, 1,
+                               f"port '{port.name}' rings {{stages}} stages, but its {bar} "
+                               f"barriers, mbarriers.{name}, number {{value}}: the stages "
+                               "past them would wait on another array's barriers",
+                               f"give mbarriers.{name} one barrier per stage: {stages}")
+
+    def _at_least(self, key: str, value: Any, stages: Any, per_stage: int, message: str,
+                  hint: str) -> None:
+        """``value`` >= ``stages`` x ``per_stage`` for every combination of the tunables
+        either reads (evaluated together, so ``stages`` in both is one value)."""
+        deps = tuple(dict.fromkeys((*self.depends(value), *self.depends(stages))))
+        if math.prod(len(self.contract.tunables[d]) for d in deps) > MAX_COMBINATIONS:
+            raise ContractError(f"{key} and its port's stages read tunables "
+                                f"{', '.join(deps)}: more than {MAX_COMBINATIONS} "
+                                "combinations", where=self.contract.where(key),
+                                hint="narrow the tunables' ranges")
+        combos: list[tuple[int, ...]] = [()]
+        for d in deps:
+            combos = [c + (v,) for c in combos for v in self.contract.tunables[d]]
+        for combo in combos:
+            tunables = dict(zip(deps, combo, strict=True))
+            have = self.eval(value, key, tunables)
+            count = self.eval(stages, key, tunables)
+            if have < count * per_stage:
+                pinned = ", ".join(f"{k}={v}" for k, v in tunables.items())
+                raise ContractError(message.format(stages=count, value=have)
+                                    + (f" (with {pinned})" if pinned else ""),
+                                    where=self.contract.where(key), hint=hint)
+
+    def _check_tensormaps(self) -> None:
+        """A tensormap argument's box is one cuTensorMapEncodeTiled takes (else every call
+        fails): 1 to 5 dimensions, an inner row of a multiple of 16 bytes and, under a
+        swizzle, of at most the swizzle's bytes."""
+        for i, arg in enumerate(self.contract.data.get("args", [])):
+            if arg["type"] != "tensormap":
+                continue
+            key, box = f"args[{i}]", arg.get("box") or []
+            example = "box: [tile_k, tile_m] (innermost first)"
+            if not 1 <= len(box) <= TMA_MAX_RANK:
+                raise ContractError(f"tensormap argument '{arg['name']}' has "
+                                    + (f"a {len(box)}-D box" if box else "no box"),
+                                    where=self.contract.where(f"{key}.box" if box else key),
+                                    hint=f"a TMA box has 1 to {TMA_MAX_RANK} dimensions: "
+                                         + example)
+            if "dtype" not in arg:
+                continue
+            size = expr.DTYPE_BYTES[self.dtype(arg["dtype"], f"{key}.dtype")]
+            inner = self.eval(box[0], f"{key}.box[0]") * size
+            swizzle = self.eval(arg.get("swizzle", 0), f"{key}.swizzle")
+            if inner % 16:
+                raise ContractError(f"tensormap argument '{arg['name']}': the box's inner "
+                                    f"dimension spans {inner} bytes, not a multiple of 16",
+                                    where=self.contract.where(f"{key}.box[0]"),
+                                    hint="TMA moves rows of whole 16-byte units: make box[0] "
+                                         f"a multiple of {max(16 // size, 1)} elements")
+            if swizzle and inner > swizzle:
+                raise ContractError(f"tensormap argument '{arg['name']}': the box's inner "
+                                    f"dimension spans {inner} bytes, more than its "
+                                    f"{swizzle}-byte swizzle", where=self.contract.where(
+                                        f"{key}.box[0]"),
+                                    hint=f"make box[0] at most {swizzle // size} elements, "
+                                         "or the swizzle wider")
 
     def params_hash(self) -> str:
         return sha256_text(canonical_json(self.params))[:8]
@@ -678,6 +774,7 @@ def is_condition(key: str) -> bool:
 
 
 TMA_SWIZZLES = (0, 32, 64, 128)   # bytes; cuTensorMapEncodeTiled's four modes
+TMA_MAX_RANK = 5                  # dimensions of a tiled tensor map
 
 # (key pattern, least value, greatest value or None, why) of every expression's range.
 _RANGES = (
