@@ -835,6 +835,11 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
     if not launch.get("persistent"):
         for i, dim in enumerate(launch.get("grid", [])):
             names_known(dim, f"launch.grid[{i}]")
+            fixed = _constant(dim)
+            if fixed is not None and fixed < 1:   # the runtime refuses an empty grid
+                problems.add(f"launch.grid[{i}]", f"the grid's {'xyz'[i]} dimension is {fixed} for "
+                             "every call: each launch would be refused as an empty grid",
+                             "give each dimension at least one CTA, e.g. ceil_div(M, 128)")
     elif "grid" in launch:   # the runtime would size the grid to the SMs and drop this one
         problems.add("launch.grid", "a persistent launch has one CTA per SM (or as many as "
                      "stay resident): this grid would be ignored",
@@ -877,6 +882,19 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                              f"add '{inst}.{spec['name']}: <"
                              + ("tensor" if spec["type"] in TENSOR_ARGS else "expression")
                              + ">' under launch.bind")
+
+
+def _constant(value: Any) -> int | None:
+    """A launch expression's value when it names no size (None otherwise, or when it does
+    not evaluate: that is reported where it is read)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        return None if expr.names(value) else expr.evaluate(value, {})
+    except ContractError:
+        return None
 
 
 def _check_arg_max(b: BoundContract, key: str, spec: dict[str, Any], value: Any,
@@ -1841,7 +1859,7 @@ def _sizes_known(problems: _Problems, key: str, value: Any, sizes: set[str]) -> 
     """The launch expression ``value`` names only ``sizes`` (input dimensions, scalars
     and what the runtime gives)."""
     try:
-        used = expr.names(value, where=problems.recipe.where(key))
+        used = expr.host_names(value, where=problems.recipe.where(key))
     except ContractError as exc:
         problems.add(key, exc.message, exc.hint or "")
         return

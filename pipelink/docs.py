@@ -24,7 +24,7 @@ def contract_reference() -> str:
 
 
 def recipe_reference() -> str:
-    return markdown_reference(RECIPE_SCHEMA, "Recipe reference")
+    return markdown_reference(RECIPE_SCHEMA, "Recipe reference") + _launch_expressions()
 
 
 def _expressions() -> str:
@@ -44,6 +44,18 @@ def _expressions() -> str:
         "need as one number per object (warps, registers, align, threads, when, count,",
         "shape, arrivals, slots, readers, box) may read params only, not tunables.", "",
         f"dtypes: {dtypes}.", ""])
+
+
+def _launch_expressions() -> str:
+    funcs = ", ".join(f"`{f}`" for f in expr.HOST_FUNCS)
+    return "\n".join([
+        "", "## Launch expressions", "",
+        "Shapes, binds, the grid, require and dispatch conditions and contents bounds are",
+        "integer expressions over the sizes (input dimensions, scalars, `num_sms`,",
+        "`l2_bytes`), which the host evaluates at every call: integer literals, names,",
+        f"unary `+ -`, `+ - * // % **` and {funcs}. A contract's `sizeof`,",
+        "`pow2_ceil` and choices (`a if p == 'word' else b`) are not among them, and",
+        "`pipelink check` refuses a division by a constant zero.", ""])
 
 
 REFERENCES: dict[str, Callable[[], str]] = {

@@ -120,6 +120,58 @@ def _check_choices(tree: ast.Expression, text: object, where: str, *,
                                      "a if p == 'word' else b")
 
 
+# What the host evaluates a launch expression with (pipelink.runtime.spec): sizes are
+# integers, with no dtype to take sizeof of and no word to choose by. Function -> (least,
+# most) arguments, None for any number.
+HOST_FUNCS: dict[str, tuple[int, int | None]] = {
+    "min": (1, None), "max": (1, None), "ceil_div": (2, 2), "align_up": (2, 2)}
+_HOST_HINT = ("a launch expression uses integers, sizes, + - * // % ** and "
+              "min/max/ceil_div/align_up")
+
+
+def host_names(text: str | int, *, where: str = "") -> set[str]:
+    """:func:`names` of a launch expression (a shape, bind, grid, condition or contents
+    bound), also refusing what the host could never evaluate, whatever the sizes: a
+    contract's own forms (sizeof, pow2_ceil, a choice), a call with the wrong number of
+    arguments, and a division by, or a power of, a constant that fails every call."""
+    found = names(text, where=where)
+    if isinstance(text, int):
+        return found
+
+    def fail(message: str, hint: str = _HOST_HINT) -> ContractError:
+        return ContractError(f"{message} in expression {text!r}", where=where, hint=hint)
+
+    def constant(node: ast.AST) -> int | None:
+        part = ast.unparse(node)
+        return None if names(part) else evaluate(part, {}, where=where)
+
+    for node in ast.walk(_parse(text, where)):
+        if isinstance(node, (ast.IfExp, ast.Compare)):
+            raise fail("a choice (a if p == 'word' else b) is not allowed",
+                       "a choice tests a contract's word params, and a launch has none; "
+                       + _HOST_HINT)
+        divisor = None
+        if isinstance(node, ast.Call):
+            name = node.func.id
+            if name not in HOST_FUNCS:
+                raise fail(f"contract function {name}() is not allowed")
+            least, most = HOST_FUNCS[name]
+            if not least <= len(node.args) <= (most or len(node.args)):
+                takes = f"{least}" if least == most else f"{least} or more"
+                raise fail(f"{name}() takes {takes} arguments, given {len(node.args)},")
+            if name in ("ceil_div", "align_up"):
+                divisor = node.args[1]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+            divisor = node.right
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            power = constant(node.right)
+            if power is not None and power < 0:
+                raise fail(f"negative exponent {power} (not an integer power)")
+        if divisor is not None and constant(divisor) == 0:
+            raise fail("division by zero")
+    return found
+
+
 def sizeof_names(text: str | int) -> set[str]:
     """The names inside sizeof(): each must be a dtype or a param naming one."""
     if isinstance(text, int):

@@ -211,7 +211,7 @@ def condition(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
 def _function(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
     """``text`` (an expression :func:`expr.names` accepts) as a function of the sizes."""
     try:
-        expr.names(text, where=f"kernel.json launch.{key}")   # refuses what expr refuses
+        expr.host_names(text, where=f"kernel.json launch.{key}")  # what check refuses
         return _Build(text, key).visit(ast.parse(text.strip(), mode="eval").body)
     except PipeLinkError as exc:
         raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
@@ -263,13 +263,16 @@ class _Build(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> Callable[[Mapping[str, Any]], Any]:
         args = [self.visit(a) for a in node.args]
         name = node.func.id if isinstance(node.func, ast.Name) else ""
-        if name == "ceil_div":
-            return lambda sizes: -(-args[0](sizes) // args[1](sizes))
-        if name == "align_up":
-            def align_up(sizes: Mapping[str, Any]) -> Any:
+        if name in ("ceil_div", "align_up"):
+            text, key, up = self.text, self.key, name == "align_up"
+
+            def divide(sizes: Mapping[str, Any]) -> Any:
                 step = args[1](sizes)
-                return -(-args[0](sizes) // step) * step
-            return align_up
+                if isinstance(step, int) and step == 0:
+                    raise RuntimeLaunchError(f"launch.{key}: division by zero in {text!r}")
+                quotient = -(-args[0](sizes) // step)
+                return quotient * step if up else quotient
+            return divide
         if name in ("min", "max"):
             pick = _sym(name)
             return lambda sizes: functools.reduce(pick, [a(sizes) for a in args])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 
 import pytest
 
@@ -131,6 +132,34 @@ def test_names_refuses_the_same_syntax_at_load_time(text, message):
     """What evaluation would refuse whatever the params are, loading refuses already."""
     with pytest.raises(ContractError, match="c.yaml: ports.a.count"):
         expr.names(text, where="c.yaml: ports.a.count")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("pow2_ceil(M)", "contract function pow2_ceil() is not allowed"),
+    ("M * sizeof(bf16)", "contract function sizeof() is not allowed"),
+    ("M if M == 1 else 2", "a choice (a if p == 'word' else b) is not allowed"),
+    ("ceil_div(M)", "ceil_div() takes 2 arguments, given 1"),
+    ("align_up(M, 16, 2)", "align_up() takes 2 arguments, given 3"),
+    ("min()", "min() takes 1 or more arguments, given 0"),
+    ("ceil_div(M, 0)", "division by zero"),
+    ("align_up(M, 4 - 4)", "division by zero"),
+    ("M // (2 * 0)", "division by zero"),
+    ("M % 0", "division by zero"),
+    ("M ** -1", "negative exponent -1"),
+])
+def test_host_names_refuses_what_the_host_cannot_evaluate(text, message):
+    """A launch expression the runtime would fail on at every call (or never compute)
+    is refused when the recipe is checked."""
+    with pytest.raises(ContractError, match=re.escape(message)) as info:
+        expr.host_names(text, where="r.yaml: launch.bind.a.b")
+    assert "r.yaml: launch.bind.a.b" in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("ceil_div(M, 128) * align_up(N, 8)", {"M", "N"}), ("max(M, 8, K) % N", {"M", "K", "N"}),
+    ("M ** 2 // (K - 1)", {"M", "K"}), (7, set())])
+def test_host_names_reads_what_the_host_evaluates(text, names):
+    assert expr.host_names(text) == names
 
 
 @pytest.mark.parametrize(("text", "names", "sizeofs"), [

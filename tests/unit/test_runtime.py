@@ -222,6 +222,19 @@ def test_evaluate(text, sizes, value):
     assert evaluate(text, sizes, "k") == value
 
 
+@pytest.mark.parametrize("text", ["ceil_div(M, N)", "align_up(M, N)", "M % N"])
+def test_evaluate_refuses_a_size_that_divides_by_zero(text):
+    with pytest.raises(RuntimeLaunchError, match=re.escape(f"launch.bind.k: division by "
+                                                           f"zero in {text!r}")):
+        evaluate(text, {"M": 8, "N": 0}, "bind.k")
+
+
+@pytest.mark.parametrize("text", ["pow2_ceil(M)", "ceil_div(M)", "M if M == 1 else 2"])
+def test_evaluate_refuses_what_the_checker_refuses(text):
+    with pytest.raises(RuntimeLaunchError, match="kernel.json launch.grid"):
+        evaluate(text, {"M": 8}, "grid")
+
+
 def test_evaluate_names_unknown_sizes():
     with pytest.raises(RuntimeLaunchError, match="names 'Mm', which no input dimension"):
         evaluate("Mm // 128", {"M": 1}, "grid")
