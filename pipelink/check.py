@@ -23,6 +23,7 @@ from . import expr
 from .contract import RING_PORTS, BoundContract, Port
 from .errors import CheckError, ContractError
 from .problem import (
+    ARCH_LIMITS,
     THREADS_PER_WARP,
     TMEM_MIN_COLUMNS,
     Buffer,
@@ -32,6 +33,7 @@ from .problem import (
     Sized,
     TmemAlloc,
     Tunable,
+    static_footprint,
     tmem_allocatable,
 )
 from .recipe import Endpoint, Instance, Recipe
@@ -1499,8 +1501,18 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
         tunables = [Tunable(t.name, t.values, 1 if t.name in wanted else 0, t.source)
                     for t in tunables]
         objective = "max_tunables_then_min_smem"
-    static = sum(b.eval(b.contract.data.get("static_smem", 0), "static_smem")
-                 for b in bound.values())
+    statics = {inst: b.eval(b.contract.data["static_smem"], "static_smem")
+               for inst, b in bound.items() if "static_smem" in b.contract.data}
+    static = sum(statics.values())
+    most = ARCH_LIMITS[arch]["smem_bytes"]
+    if static_footprint(static) > most:   # else the placer reports a negative budget
+        top = max(statics, key=statics.__getitem__)
+        problems.add(f"instances.{top}", "static __shared__ memory alone needs "
+                     + " + ".join(f"{v} B ({i})" for i, v in statics.items())
+                     + f", more than the {most} B a block gets on {arch}",
+                     f"declare less static shared memory in {bound[top].contract.path} "
+                     "(static_smem: states it), or move it into a smem: buffer the linker "
+                     "places")
     if len(phases) > 1:
         buffers, barriers, roles, tmem = _phase_lives(phases, transfers, buffers, barriers,
                                                       roles, tmem)

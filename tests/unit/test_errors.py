@@ -261,6 +261,11 @@ CASES = [
          (f"{LOADER}: args[0].box[0]", "spans 6 bytes, not a multiple of 16",
           "multiple of 8 elements"),
          loader=put("args.0.box", [3, "rows"])),
+    Case("contract_static_smem_over_the_block", CheckError,
+         (f"{RECIPE}: instances.store", "static __shared__ memory alone needs 300000 B "
+          "(store), more than the 232448 B a block gets on sm_90a",
+          f"{STORE} (static_smem: states it)"),
+         store=put("static_smem", 300000), never=(" -",)),
     Case("contract_tmem_without_sm100", ContractError,
          (f"{LOADER}: tmem.acc", "needs sm_100a"),
          loader=chain(put("arch", ["sm_90a"]), put("tmem", {"acc": {"columns": 128}}))),
