@@ -561,6 +561,10 @@ def contract_from_data(data: Any, where: str) -> Contract:
 def _only_role(roles: dict[str, RoleSpec], name: str, port: str, where: str) -> str:
     if len(roles) == 1:
         return next(iter(roles))
+    if not roles:   # no role to see the port: say what is missing, not which to pick
+        raise ContractError(f"component '{name}' declares no roles, so no role sees port "
+                            f"'{port}'", where=f"{where}: roles",
+                            hint="a stage runs in warps: roles: {main: {warps: 1}}")
     raise ContractError(f"port '{port}' of '{name}' must say which role sees it",
                         where=f"{where}: ports.{port}",
                         hint="add role: <one of " + ", ".join(sorted(roles)) + ">")

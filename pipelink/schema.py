@@ -319,7 +319,7 @@ GRAD_INPUT = {"type": "string", "pattern": r"^(grad\.)?[a-z_][a-z0-9_]*(\.T)?$",
 
 AUTOGRAD = _obj({
     "forward": {**IDENT, "description": "the kernel op(*inputs) runs"},
-    "grads": _map(_obj({
+    "grads": {**_map(_obj({
         "kernel": {**IDENT, "description": "the kernel computing this input's gradient"},
         "inputs": {"type": "array", "items": GRAD_INPUT, "minItems": 1,
                    "description": "the gradient kernel's launch inputs, in order"},
@@ -327,6 +327,7 @@ AUTOGRAD = _obj({
                                            "gradient (needed when it has several: one "
                                            "launch then gives every gradient it lists)"},
     }, ["kernel", "inputs"]), "forward input -> how its gradient is computed"),
+        "minProperties": 1},
     "returns": {"type": "array", "items": IDENT, "minItems": 1,
                 "description": "the forward outputs the differentiable call returns "
                                "(default: all of them); the others are kept for the "

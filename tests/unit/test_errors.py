@@ -269,6 +269,9 @@ CASES = [
     Case("contract_tmem_without_sm100", ContractError,
          (f"{LOADER}: tmem.acc", "needs sm_100a"),
          loader=chain(put("arch", ["sm_90a"]), put("tmem", {"acc": {"columns": 128}}))),
+    Case("contract_stage_without_roles", ContractError,
+         (f"{LOADER}: roles", "component 'loader' declares no roles, so no role sees port "
+          "'tiles'", "roles: {main: {warps: 1}}"), loader=put("roles", {})),
     Case("contract_two_roles_port_without_role", ContractError,
          (f"{REDUCER}: ports.x", "port 'x' of 'reducer' must say which role sees it"),
          reducer=put("roles.helper", {"warps": 1})),

@@ -243,6 +243,9 @@ CASES = [
     Case("grad_input_malformed", RecipeError,
          (RECIPE, "key 'autograd.grads.x.inputs[1]'", "'w.T.T'"), grad("x", "inputs",
                                                                    ["grad.y", "w.T.T"])),
+    # No gradient at all: every input's would silently be None.
+    Case("autograd_without_grads", RecipeError,
+         (RECIPE, "key 'autograd.grads'", "should be non-empty"), put("autograd.grads", {})),
     # The autograd section against the kernels' launches.
     Case("forward_kernel_unknown", CheckError,
          (f"{RECIPE}: autograd.forward", "names kernel 'fwd'",
