@@ -6,6 +6,9 @@ the SCons tool can print it as one message, never as a traceback.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class PipeLinkError(Exception):
     """Root of every error PipeLink raises on purpose.
@@ -71,3 +74,10 @@ class ToolchainError(PipeLinkError):
 
 class RuntimeLaunchError(PipeLinkError):
     """Loading or launching a linked kernel failed, or its arguments are wrong."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"did you mean 'x'? "`` for the known name closest to a misspelt one, else ``""``:
+    the start of a hint that then lists them all."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return f"did you mean '{close[0]}'? " if close else ""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import Contract, load_contract, read_yaml, schema_error
-from .errors import ContractError, RecipeError
+from .errors import ContractError, RecipeError, did_you_mean
 from .schema import ARCHS, IDENT, RECIPE_SCHEMA, Validator
 
 _VALIDATOR = Validator(RECIPE_SCHEMA)
@@ -422,7 +422,8 @@ class ComponentIndex:
             if candidate.is_file():
                 return candidate
         raise ContractError(f"unknown component '{name}'",
-                            hint="known components: " + (", ".join(self.names()) or "none")
+                            hint=did_you_mean(name, self.names()) + "known components: "
+                                 + (", ".join(self.names()) or "none")
                                  + f" (searched {', '.join(map(str, self.roots))})")
 
     def names(self) -> list[str]:

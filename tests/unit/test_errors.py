@@ -325,7 +325,8 @@ CASES = [
          (f"{RECIPE}: connect[0]", "instance 'lod'"),
          recipe=put("connect.0", "lod.tiles -> reduce.x")),
     Case("recipe_unknown_component", RecipeError,
-         (f"{RECIPE}: instances.reduce", "unknown component 'reducr'", "loader, reducer, store"),
+         (f"{RECIPE}: instances.reduce", "unknown component 'reducr'",
+          "did you mean 'reducer'? known components: loader, reducer, store"),
          recipe=put("instances.reduce", "reducr")),
     Case("recipe_unknown_param", ContractError,
          (f"{RECIPE}: instances.load", "component 'loader' has no param 'rowz'",
@@ -882,6 +883,8 @@ def test_cli_ctrl_c_exits_130_without_a_traceback(tree, monkeypatch, capsys):
 SCONS = [
     Command("scons_unknown_recipe", ("recipe=nope",), RecipeError,
             ("no recipe nope in recipes/", "recipes: r")),
+    Command("scons_misspelt_recipe", ("recipe=rr",), RecipeError,
+            ("no recipe rr in recipes/", "did you mean 'r'?")),
     Command("scons_binary_recipe", ("recipe=r",), RecipeError, (RECIPE, "binary file"),
             Case("", PipeLinkError, (), recipe=ELF_BYTES)),
     Command("scons_tab_in_recipe", ("recipe=r",), RecipeError, (f"{RECIPE}:4:1", "spaces"),
