@@ -79,5 +79,5 @@ class RuntimeLaunchError(PipeLinkError):
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """``"did you mean 'x'? "`` for the known name closest to a misspelt one, else ``""``:
     the start of a hint that then lists them all."""
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name, list(known), n=1)
     return f"did you mean '{close[0]}'? " if close else ""
