@@ -148,6 +148,11 @@ def schema_error(validator: jsonschema.Validator, data: Any, where: str,
     elif first.validator in ("oneOf", "anyOf") and isinstance(first.validator_value, list):
         message = f"{clip(repr(first.instance))} is neither " + " nor ".join(
             _kinds(first.validator_value))
+    elif first.validator == "maxLength" and isinstance(first.instance, str):
+        message = (f"{clip(repr(first.instance), 40)} is {len(first.instance)} characters "
+                   f"long, more than {first.validator_value}")
+        hint = "; ".join(h for h in (hint, "names become file names and symbols: shorten "
+                                           "it") if h)
     elif first.validator == "pattern":
         what, words = _PATTERN_WORDS.get(first.validator_value, ("not valid here", None))
         message = f"{clip(repr(first.instance))} is {what}"

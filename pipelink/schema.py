@@ -14,7 +14,10 @@ import jsonschema
 from .interfaces import INTERFACES
 from .work import RECORDS
 
-IDENT = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$"}
+# Names become file names and symbols (<recipe>.cubin and its temporary beside it,
+# pl_<recipe>_<kernel>, <component>-<hash>.<arch>.o): far below 255 bytes.
+MAX_NAME = 64
+IDENT = {"type": "string", "pattern": "^[a-z_][a-z0-9_]*$", "maxLength": MAX_NAME}
 ARCHS = ["sm_90a", "sm_100a", "sm_120a"]
 DTYPES = ["f32", "tf32", "bf16", "f16", "e4m3", "e5m2", "i32", "u32", "i8", "u8"]
 C_IDENT = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}

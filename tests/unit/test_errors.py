@@ -301,6 +301,10 @@ CASES = [
     # Recipe files.
     Case("recipe_malformed_yaml", RecipeError,
          (f"{RECIPE}:2:", "malformed YAML"), recipe="recipe: toy\n  arch: [sm_90a]\n"),
+    # A name longer than a file name may be failed the link's write, after every step.
+    Case("recipe_name_too_long", RecipeError,
+         (RECIPE, "key 'recipe'", "is 300 characters long, more than 64", "shorten it"),
+         recipe=put("recipe", "r" * 300)),
     Case("recipe_unknown_key", RecipeError,
          (RECIPE, "key 'phasez': unknown key", "phases"), recipe=put("phasez", ["main"])),
     # A value of the one type a form takes is told that form's own fault, not that it
