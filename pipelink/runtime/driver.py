@@ -16,8 +16,20 @@ from ..errors import RuntimeLaunchError
 @functools.cache
 def driver() -> Any:
     """The cuda.bindings driver module (imported on first use: loading a package that
-    only inspects kernel.json needs no CUDA)."""
-    from cuda.bindings import driver as drv
+    only inspects kernel.json needs no CUDA), its library loaded: a machine without
+    cuda-bindings or without an NVIDIA driver is told so, not shown a traceback."""
+    try:
+        from cuda.bindings import driver as drv
+    except ImportError as exc:
+        raise RuntimeLaunchError(f"the CUDA driver bindings are missing ({exc})",
+                                 hint="pip install cuda-bindings") from None
+    try:
+        drv.cuInit(0)     # loads libcuda; its failures are RuntimeErrors, not results
+    except RuntimeError as exc:
+        raise RuntimeLaunchError(f"no CUDA driver here: {exc}",
+                                 hint="kernels load and run on a machine with an NVIDIA GPU "
+                                      "and its driver; Op.from_meta checks calls without "
+                                      "one") from None
     return drv
 
 

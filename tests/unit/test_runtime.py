@@ -240,6 +240,29 @@ def test_evaluate_names_unknown_sizes():
         evaluate("Mm // 128", {"M": 1}, "grid")
 
 
+def test_loading_without_a_cuda_driver_says_so(tmp_path, monkeypatch):
+    """cuda.bindings raises a bare RuntimeError when libcuda cannot be loaded; a load on
+    a machine without the driver is one RuntimeLaunchError instead."""
+    pytest.importorskip("cuda.bindings")
+    from cuda.bindings import driver as drv
+
+    from pipelink.runtime import driver
+
+    def no_library(flags: int) -> None:
+        raise RuntimeError("Failed to dlopen libcuda.so.1")
+    cubin = b"\x7fELF not really a cubin"
+    (tmp_path / "kernel.json").write_text(json.dumps(
+        dict(META, cubin_sha256=hashlib.sha256(cubin).hexdigest())))
+    (tmp_path / "demo.cubin").write_bytes(cubin)
+    monkeypatch.setattr(drv, "cuInit", no_library)
+    driver.driver.cache_clear()
+    try:
+        with pytest.raises(RuntimeLaunchError, match="no CUDA driver here: Failed to dlopen"):
+            LinkedKernel(tmp_path)
+    finally:
+        driver.driver.cache_clear()
+
+
 def test_kernel_folder_sha256_is_verified(tmp_path):
     cubin = b"\x7fELF not really a cubin"
     meta = dict(META, cubin_sha256=hashlib.sha256(cubin).hexdigest())
