@@ -16,20 +16,27 @@ from ..errors import RuntimeLaunchError
 @functools.cache
 def driver() -> Any:
     """The cuda.bindings driver module (imported on first use: loading a package that
-    only inspects kernel.json needs no CUDA), its library loaded: a machine without
-    cuda-bindings or without an NVIDIA driver is told so, not shown a traceback."""
+    only inspects kernel.json needs no CUDA); a machine without cuda-bindings is told so."""
     try:
         from cuda.bindings import driver as drv
     except ImportError as exc:
         raise RuntimeLaunchError(f"the CUDA driver bindings are missing ({exc})",
                                  hint="pip install cuda-bindings") from None
+    return drv
+
+
+def _init() -> Any:
+    """The driver, initialised. cuInit loads libcuda, and cuda.bindings reports a machine
+    without it as a bare RuntimeError; this says what is missing instead."""
+    drv = driver()
     try:
-        drv.cuInit(0)     # loads libcuda; its failures are RuntimeErrors, not results
+        result = drv.cuInit(0)
     except RuntimeError as exc:
         raise RuntimeLaunchError(f"no CUDA driver here: {exc}",
                                  hint="kernels load and run on a machine with an NVIDIA GPU "
                                       "and its driver; Op.from_meta checks calls without "
                                       "one") from None
+    call(result, "cuInit")
     return drv
 
 
@@ -65,8 +72,7 @@ def current_device() -> int:
     With PyTorch loaded this is torch's current device (its primary context), so a
     module loads where the tensors live; without it, device 0's primary context.
     """
-    drv = driver()
-    call(drv.cuInit(0), "cuInit")
+    drv = _init()
     torch_device = _torch_device()
     if torch_device is not None:
         device = call(drv.cuDeviceGet(torch_device), "cuDeviceGet")
@@ -104,8 +110,7 @@ def max_active_clusters(function: Any, block: int, smem: int, cluster: int) -> i
 
 def _attribute(device: int, attribute: str, what: str) -> int:
     """One attribute of a device (initialising the driver: a tool may ask first)."""
-    drv = driver()
-    call(drv.cuInit(0), "cuInit")
+    drv = _init()
     return int(call(drv.cuDeviceGetAttribute(getattr(drv.CUdevice_attribute, attribute),
                                              call(drv.cuDeviceGet(device), "cuDeviceGet")),
                     f"reading the {what}"))
