@@ -46,6 +46,7 @@ def read_kernel_folder(folder: Path) -> tuple[dict[str, Any], bytes]:
     swapped cubin is refused, never loaded."""
     try:
         meta = json.loads((folder / KERNEL_JSON).read_text())
+        check_meta(meta, folder / KERNEL_JSON)
         cubin_name = meta.get("cubin") or f"{meta['recipe']}.cubin"
         cubin = (folder / cubin_name).read_bytes()
         expected = meta["cubin_sha256"]
@@ -59,6 +60,62 @@ def read_kernel_folder(folder: Path) -> tuple[dict[str, Any], bytes]:
             f"records {str(expected)[:16]}...): the file is corrupted or from another build",
             where=str(folder / cubin_name), hint="rebuild it (scons) or copy the folder again")
     return meta, cubin
+
+
+# What the runtime reads of kernel.json, key -> type, "?" marking a key it may lack: a
+# file edited by hand that breaks one is refused naming the key, not met as a KeyError
+# while loading or launching.
+_META = {"recipe": str, "entry": str, "cubin_sha256": str, "dynamic_smem": int,
+         "block": list, "params": dict, "params.bytes": int, "params.fields": list,
+         "workspace": dict, "workspace.bytes": int, "workspace.counters": list,
+         "cluster?": list, "kernel?": str, "cubin?": str, "cooperative?": bool,
+         "launch?": dict, "launch.inputs?": list, "launch.outputs?": list,
+         "launch.bind?": dict, "launch.grid?": list, "launch.require?": list,
+         "launch.scalars?": dict, "launch.contents?": dict}
+_FIELD = {"name": str, "type": str, "offset": int, "size": int, "instance": (str, type(None))}
+_TENSOR = {"name": str, "dtype": str, "shape": list}
+
+
+def check_meta(meta: Any, where: Path) -> None:
+    """kernel.json has every key the runtime reads, of the type it reads (the link step
+    writes it so; this refuses a hand-edited or truncated one)."""
+    def refuse(key: str, expected: Any, value: Any) -> RuntimeLaunchError:
+        names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple)
+                                                 else (expected,)))
+        got = "missing" if value is _MISSING else f"{type(value).__name__} {value!r:.60}"
+        return RuntimeLaunchError(f"key '{key}' is {got}, expected {names}", where=str(where),
+                                  hint="rebuild the folder (scons or pipelink link) instead "
+                                       "of editing kernel.json")
+
+    def check(data: Any, key: str, types: Any, optional: bool = False) -> None:
+        value = data
+        for part in key.split("."):
+            value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is _MISSING and optional:
+            return
+        if isinstance(value, bool) and types is int or not isinstance(value, types):
+            raise refuse(key, types, value)
+
+    if not isinstance(meta, dict):
+        raise refuse("<top>", dict, meta)
+    for key, types in _META.items():
+        check(meta, key.rstrip("?"), types, key.endswith("?"))
+    for i, f in enumerate(meta["params"]["fields"]):
+        for key, types in _FIELD.items():
+            if not isinstance(f, dict):
+                raise refuse(f"params.fields[{i}]", dict, f)
+            if not isinstance(f.get(key, _MISSING), types):
+                raise refuse(f"params.fields[{i}].{key}", types, f.get(key, _MISSING))
+    launch = meta.get("launch") or {}
+    for group in ("inputs", "outputs"):
+        for i, t in enumerate(launch.get(group, [])):
+            for key, types in _TENSOR.items():
+                value = t.get(key, _MISSING) if isinstance(t, dict) else _MISSING
+                if not isinstance(value, types):
+                    raise refuse(f"launch.{group}[{i}].{key}", types, value)
+
+
+_MISSING = object()
 
 
 class LinkedKernel:

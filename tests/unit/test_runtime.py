@@ -263,6 +263,35 @@ def test_loading_without_a_cuda_driver_says_so(tmp_path, monkeypatch):
         driver.driver.cache_clear()
 
 
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda m: m.pop("entry"), "key 'entry' is missing, expected str"),
+    (lambda m: m.update(dynamic_smem="1024"), "key 'dynamic_smem' is str '1024', expected int"),
+    (lambda m: m.update(dynamic_smem=True), "key 'dynamic_smem' is bool True, expected int"),
+    (lambda m: m["params"].update(fields={}), "key 'params.fields' is dict {}, expected list"),
+    (lambda m: m["params"]["fields"][0].pop("offset"),
+     "key 'params.fields[0].offset' is missing, expected int"),
+    (lambda m: m["launch"].update(bind=[]), "key 'launch.bind' is list [], expected dict"),
+    (lambda m: m["launch"]["inputs"][0].pop("shape"),
+     "key 'launch.inputs[0].shape' is missing, expected list"),
+    (lambda m: m.clear() or m.update(recipe=["demo"]), "key 'recipe' is list"),
+])
+def test_a_hand_edited_kernel_json_is_refused_naming_the_key(tmp_path, edit, needle):
+    cubin = b"\x7fELF not really a cubin"
+    meta = json.loads(json.dumps(dict(META, cubin_sha256=hashlib.sha256(cubin).hexdigest())))
+    edit(meta)
+    (tmp_path / "kernel.json").write_text(json.dumps(meta))
+    (tmp_path / "demo.cubin").write_bytes(cubin)
+    with pytest.raises(RuntimeLaunchError, match=re.escape(needle)) as info:
+        read_kernel_folder(tmp_path)
+    assert str(tmp_path / "kernel.json") in str(info.value) and "rebuild" in str(info.value)
+
+
+def test_a_kernel_json_that_is_not_a_mapping_is_refused(tmp_path):
+    (tmp_path / "kernel.json").write_text("[1, 2]")
+    with pytest.raises(RuntimeLaunchError, match="key '<top>' is list"):
+        read_kernel_folder(tmp_path)
+
+
 def test_kernel_folder_sha256_is_verified(tmp_path):
     cubin = b"\x7fELF not really a cubin"
     meta = dict(META, cubin_sha256=hashlib.sha256(cubin).hexdigest())
