@@ -22,6 +22,7 @@ import jsonschema
 from . import expr, yamlload
 from .errors import ContractError
 from .interfaces import INTERFACES, caller_symbol
+from .problem import DYNAMIC_SMEM_ALIGN
 from .schema import C_IDENT, CONNECTION, CONTRACT_SCHEMA, IDENT, PARAM_STRING, Validator
 from .work import (
     K_RANGE_FIELDS,
@@ -798,7 +799,9 @@ _RANGES = (
     (r"mbarriers\.\w+\.arrivals", 1, None, "an mbarrier expects at least one arrival"),
     (r"ports\.\w+\.(count|stages|arrivals|consumer_arrivals|slots|readers|shape\[\d+\])",
      1, None, "a port has at least one of each"),
-    (r"smem\.\w+\.align", 1, None, "an alignment is a power of two"),
+    (r"smem\.\w+\.align", 1, DYNAMIC_SMEM_ALIGN,
+     f"an alignment is a power of two, at most the dynamic shared memory base's "
+     f"{DYNAMIC_SMEM_ALIGN} bytes (the linker can place no buffer above that)"),
     (r"counters\.\w+", 1, None, "a counters entry holds at least one counter"),
     (r"scratch\.\w+", 1, None, "a scratch entry holds at least one byte"),
     (r"args\[\d+\]\.box\[\d+\]", 1, 256, "a TMA box spans 1..256 elements"),
