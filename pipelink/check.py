@@ -889,12 +889,8 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
 def _constant(value: Any) -> int | None:
     """A launch expression's value when it names no size (None otherwise, or when it does
     not evaluate: that is reported where it is read)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
     try:
-        return None if expr.names(value) else expr.evaluate(value, {})
+        return expr.constant(value)
     except ContractError:
         return None
 

@@ -339,15 +339,7 @@ class BoundContract:
         """``value`` >= ``stages`` x ``per_stage`` for every combination of the tunables
         either reads (evaluated together, so ``stages`` in both is one value)."""
         deps = tuple(dict.fromkeys((*self.depends(value), *self.depends(stages))))
-        if math.prod(len(self.contract.tunables[d]) for d in deps) > MAX_COMBINATIONS:
-            raise ContractError(f"{key} and its port's stages read tunables "
-                                f"{', '.join(deps)}: more than {MAX_COMBINATIONS} "
-                                "combinations", where=self.contract.where(key),
-                                hint="narrow the tunables' ranges")
-        combos: list[tuple[int, ...]] = [()]
-        for d in deps:
-            combos = [c + (v,) for c in combos for v in self.contract.tunables[d]]
-        for combo in combos:
+        for combo in self._combinations(deps, key, f"{key} and its port's stages"):
             tunables = dict(zip(deps, combo, strict=True))
             have = self.eval(value, key, tunables)
             count = self.eval(stages, key, tunables)
@@ -476,16 +468,24 @@ class BoundContract:
                                                        tuple[tuple[tuple[int, ...], int], ...]]:
         """(depends, table): the value for every combination of the tunables it reads."""
         deps = self.depends(value, key)
-        combos: list[tuple[int, ...]] = [()]
+        table = tuple((c, self.eval(value, key, dict(zip(deps, c, strict=True))))
+                      for c in self._combinations(deps, key))
+        return deps, table
+
+    def _combinations(self, deps: tuple[str, ...], key: str,
+                      readers: str = "") -> list[tuple[int, ...]]:
+        """Every combination of the values of tunables ``deps``, which the field at ``key``
+        (or ``readers``, as the message names them) reads; refused past MAX_COMBINATIONS."""
         if math.prod(len(self.contract.tunables[d]) for d in deps) > MAX_COMBINATIONS:
-            raise ContractError(f"{key} reads tunables {', '.join(deps)}: more than "
-                                f"{MAX_COMBINATIONS} combinations", where=self.contract.where(key),
+            subject = f"{readers} read" if readers else f"{key} reads"
+            raise ContractError(f"{subject} tunables {', '.join(deps)}: more than "
+                                f"{MAX_COMBINATIONS} combinations",
+                                where=self.contract.where(key),
                                 hint="narrow the tunables' ranges")
+        combos: list[tuple[int, ...]] = [()]
         for d in deps:
             combos = [c + (v,) for c in combos for v in self.contract.tunables[d]]
-        table = tuple((c, self.eval(value, key, dict(zip(deps, c, strict=True))))
-                      for c in combos)
-        return deps, table
+        return combos
 
     def resolved(self) -> dict[str, Any]:
         """Every value that does not depend on a tunable, evaluated (for inspect)."""

@@ -141,9 +141,8 @@ def host_names(text: str | int, *, where: str = "") -> set[str]:
     def fail(message: str, hint: str = _HOST_HINT) -> ContractError:
         return ContractError(f"{message} in expression {text!r}", where=where, hint=hint)
 
-    def constant(node: ast.AST) -> int | None:
-        part = ast.unparse(node)
-        return None if names(part) else evaluate(part, {}, where=where)
+    def constant_part(node: ast.AST) -> int | None:
+        return constant(ast.unparse(node), where=where)
 
     for node in ast.walk(_parse(text, where)):
         if isinstance(node, (ast.IfExp, ast.Compare)):
@@ -164,12 +163,19 @@ def host_names(text: str | int, *, where: str = "") -> set[str]:
         elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
             divisor = node.right
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            power = constant(node.right)
+            power = constant_part(node.right)
             if power is not None and power < 0:
                 raise fail(f"negative exponent {power} (not an integer power)")
-        if divisor is not None and constant(divisor) == 0:
+        if divisor is not None and constant_part(divisor) == 0:
             raise fail("division by zero")
     return found
+
+
+def constant(text: str | int, *, where: str = "") -> int | None:
+    """The value of an expression that reads no name; None where it reads one."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    return None if names(text, where=where) else evaluate(text, {}, where=where)
 
 
 def sizeof_names(text: str | int) -> set[str]:

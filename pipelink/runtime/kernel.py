@@ -72,6 +72,7 @@ _META = {"recipe": str, "entry": str, "cubin_sha256": str, "dynamic_smem": int,
          "launch?": dict, "launch.inputs?": list, "launch.outputs?": list,
          "launch.bind?": dict, "launch.grid?": list, "launch.require?": list,
          "launch.scalars?": dict, "launch.contents?": dict}
+_MISSING = object()   # a key kernel.json lacks
 _FIELD = {"name": str, "type": str, "offset": int, "size": int, "instance": (str, type(None))}
 _TENSOR = {"name": str, "dtype": str, "shape": list}
 
@@ -114,8 +115,6 @@ def check_meta(meta: Any, where: Path) -> None:
                 if not isinstance(value, types):
                     raise refuse(f"launch.{group}[{i}].{key}", types, value)
 
-
-_MISSING = object()
 
 
 class LinkedKernel:
