@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 
 from . import expr, yamlload
-from .errors import ContractError
+from .errors import ContractError, did_you_mean
 from .interfaces import INTERFACES, caller_symbol
 from .problem import DYNAMIC_SMEM_ALIGN
 from .schema import C_IDENT, CONNECTION, CONTRACT_SCHEMA, IDENT, PARAM_STRING, Validator
@@ -748,6 +748,8 @@ def _expressions(c: Contract):
             yield f"args[{i}].box[{j}]", v
         if "swizzle" in arg:
             yield f"args[{i}].swizzle", arg["swizzle"]
+        if "max" in arg:
+            yield f"args[{i}].max", arg["max"]
     for name, count in c.section("counters").items():
         yield f"counters.{name}", count
     for name, size in c.section("scratch").items():
@@ -768,7 +770,8 @@ def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
 # Fields the checker, the placer and the header need as one number per object: they
 # may read params but no tunable.
 _COMPILE_TIME = re.compile(r"roles\.\w+\.(warps|registers)|smem\.\w+\.align"
-                           r"|named_barriers\.\w+\.(threads|when)|args\[\d+\]\.(box\[\d+\]|swizzle)|counters\.\w+"
+                           r"|named_barriers\.\w+\.(threads|when)|args\[\d+\]\.(box\[\d+\]|swizzle|max)"
+                           r"|counters\.\w+"
                            r"|scratch\.\w+|cluster\[\d\]|tmem\.\w+\.cta_group"
                            r"|ports\.\w+\.(count|arrivals|consumer_arrivals|slots|readers|multicast"
                            r"|shape\[\d+\])")
@@ -827,6 +830,19 @@ def _check_range(key: str, value: int, c: Contract) -> None:
         return
 
 
+def _unbound_hint(name: str, params: dict[str, Any], tunables: dict[str, Any],
+                  params_only: bool) -> str:
+    """What to do about an unbound name: declare it where this field may read it, with
+    the names the field may read (no tunable where it is fixed at compile time)."""
+    if params_only:
+        return (did_you_mean(name, params) + "declare it under params: this field is fixed "
+                "when the component compiles and reads no tunable (params: "
+                + (", ".join(sorted(params)) or "none") + ")")
+    known = sorted({*params, *tunables})
+    return (did_you_mean(name, known) + "declare it under params or tunables (known: "
+            + (", ".join(known) or "none") + ")")
+
+
 def _check_expressions(c: Contract) -> None:
     """Every expression parses and reads only declared params and tunables (and no
     tunable where one number per object is needed); every dtype is one, or a string
@@ -849,15 +865,13 @@ def _check_expressions(c: Contract) -> None:
         if name in params:
             raise ContractError(f"'{name}' is both a param and a tunable",
                                 where=c.where(f"tunables.{name}"), hint="rename one of them")
-    known = set(params) | set(c.tunables)
     for key, value in _expressions(c):
+        params_only = _COMPILE_TIME.fullmatch(key) is not None
         for name in sorted(expr.names(value, where=c.where(key), condition=is_condition(key))):
-            if name not in known:
-                raise ContractError(
-                    f"unbound name '{name}' in {key}", where=c.where(key),
-                    hint="declare it under params or tunables (known: "
-                         + (", ".join(sorted(known)) or "none") + ")")
-            if name in c.tunables and _COMPILE_TIME.fullmatch(key):
+            if name not in params and name not in c.tunables:
+                raise ContractError(f"unbound name '{name}' in {key}", where=c.where(key),
+                                    hint=_unbound_hint(name, params, c.tunables, params_only))
+            if name in c.tunables and params_only:
                 raise ContractError(
                     f"reads tunable '{name}', but this field is fixed when the component "
                     "compiles", where=c.where(key), hint="use params only in this field")

@@ -42,7 +42,9 @@ def _expressions() -> str:
         f"Expressions are at most {expr.MAX_EXPR_CHARS} characters; every value stays below",
         "2^64 in magnitude and exponents within 0..64. Fields the placer or the header",
         "need as one number per object (warps, registers, align, threads, when, count,",
-        "shape, arrivals, slots, readers, box) may read params only, not tunables.", "",
+        "shape, arrivals, consumer_arrivals, slots, readers, multicast, cta_group, box,",
+        "swizzle, an argument's max, counters, scratch, cluster) may read params only,",
+        "not tunables.", "",
         f"dtypes: {dtypes}.", ""])
 
 

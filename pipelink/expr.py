@@ -21,7 +21,7 @@ import operator
 import warnings
 from collections.abc import Callable, Mapping
 
-from .errors import ContractError
+from .errors import ContractError, did_you_mean
 
 # Bytes per element of each dtype a port or a param may name.
 DTYPE_BYTES: dict[str, int] = {
@@ -308,8 +308,10 @@ class _Evaluator(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> int:
         if node.id not in self.env:
             known = ", ".join(sorted(self.env)) or "none"
+            # The field decides what it may read (some take params only): name what is
+            # bound here rather than guess where the name should be declared.
             raise self.fail(f"unbound name '{node.id}'",
-                            f"declare '{node.id}' under params or tunables (known: {known})")
+                            f"{did_you_mean(node.id, self.env)}names bound here: {known}")
         value = self.env[node.id]
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(f"'{node.id}' is {value!r}, not an integer",

@@ -119,9 +119,10 @@ ARG = _obj({
                                        "narrow with a param)"},
     "align": {"enum": [1, 2, 4, 8, 16], "description": "ptr: byte alignment the code needs "
                                                       "of the address (default 16)"},
-    "max": {**EXPR, "description": "u32/i32: the largest value the code handles (e.g. a "
-                                   "param that sizes a table); pipelink check refuses a "
-                                   "larger literal bind, the runtime a larger value"},
+    "max": {**EXPR, "description": "u32/i32: the largest value the code handles (an "
+                                   "expression over params, e.g. a param that sizes a "
+                                   "table); pipelink check refuses a larger literal bind, "
+                                   "the runtime a larger value"},
     "description": {"type": "string", "description": "free text (shape, units)"},
 }, ["name", "type"])
 

@@ -116,6 +116,15 @@ def test_refuses(text, message):
     assert str(info.value).startswith("comp/contract.yaml: smem.a.bytes: ")
 
 
+def test_an_unbound_name_names_what_is_bound_not_where_to_declare_it():
+    """The evaluator does not know whether its field may read tunables (a named barrier's
+    when may not): the hint names what is bound, and the closest of it."""
+    with pytest.raises(ContractError) as info:
+        expr.evaluate("rowz == 128", {"rows": 128}, where="c.yaml: named_barriers.b.when",
+                      condition=True)
+    assert info.value.hint == "did you mean 'rows'? names bound here: rows"
+
+
 @pytest.mark.parametrize("value", [True, None, 1.5, [1], {"a": 1}, 2**64])
 def test_refuses_values_that_are_not_expressions(value):
     with pytest.raises(ContractError, match="smem.a.bytes"):
