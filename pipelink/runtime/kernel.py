@@ -72,27 +72,33 @@ _META = {"recipe": str, "entry": str, "cubin_sha256": str, "dynamic_smem": int,
          "launch?": dict, "launch.inputs?": list, "launch.outputs?": list,
          "launch.bind?": dict, "launch.grid?": list, "launch.require?": list,
          "launch.scalars?": dict, "launch.contents?": dict}
-_MISSING = object()   # a key kernel.json lacks
+MISSING = object()   # a key kernel.json (or kernels.json) lacks
 _FIELD = {"name": str, "type": str, "offset": int, "size": int, "instance": (str, type(None))}
 _TENSOR = {"name": str, "dtype": str, "shape": list}
+
+
+def refused(where: Path, key: str, expected: Any, value: Any) -> RuntimeLaunchError:
+    """The error for key ``key`` of the JSON file ``where`` (kernel.json, kernels.json)
+    holding ``value`` (or :data:`MISSING`) where the runtime reads ``expected``."""
+    names = " or ".join("null" if t is type(None) else t.__name__
+                        for t in (expected if isinstance(expected, tuple) else (expected,)))
+    got = "missing" if value is MISSING else f"{type(value).__name__} {value!r:.60}"
+    return RuntimeLaunchError(f"key '{key}' is {got}, expected {names}", where=str(where),
+                              hint="rebuild the folder (scons or pipelink link) instead "
+                                   f"of editing {Path(where).name}")
 
 
 def check_meta(meta: Any, where: Path) -> None:
     """kernel.json has every key the runtime reads, of the type it reads (the link step
     writes it so; this refuses a hand-edited or truncated one)."""
     def refuse(key: str, expected: Any, value: Any) -> RuntimeLaunchError:
-        names = " or ".join(t.__name__ for t in (expected if isinstance(expected, tuple)
-                                                 else (expected,)))
-        got = "missing" if value is _MISSING else f"{type(value).__name__} {value!r:.60}"
-        return RuntimeLaunchError(f"key '{key}' is {got}, expected {names}", where=str(where),
-                                  hint="rebuild the folder (scons or pipelink link) instead "
-                                       "of editing kernel.json")
+        return refused(where, key, expected, value)
 
     def check(data: Any, key: str, types: Any, optional: bool = False) -> None:
         value = data
         for part in key.split("."):
-            value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
-        if value is _MISSING and optional:
+            value = value.get(part, MISSING) if isinstance(value, dict) else MISSING
+        if value is MISSING and optional:
             return
         if isinstance(value, bool) and types is int or not isinstance(value, types):
             raise refuse(key, types, value)
@@ -105,13 +111,13 @@ def check_meta(meta: Any, where: Path) -> None:
         for key, types in _FIELD.items():
             if not isinstance(f, dict):
                 raise refuse(f"params.fields[{i}]", dict, f)
-            if not isinstance(f.get(key, _MISSING), types):
-                raise refuse(f"params.fields[{i}].{key}", types, f.get(key, _MISSING))
+            if not isinstance(f.get(key, MISSING), types):
+                raise refuse(f"params.fields[{i}].{key}", types, f.get(key, MISSING))
     launch = meta.get("launch") or {}
     for group in ("inputs", "outputs"):
         for i, t in enumerate(launch.get(group, [])):
             for key, types in _TENSOR.items():
-                value = t.get(key, _MISSING) if isinstance(t, dict) else _MISSING
+                value = t.get(key, MISSING) if isinstance(t, dict) else MISSING
                 if not isinstance(value, types):
                     raise refuse(f"launch.{group}[{i}].{key}", types, value)
 

@@ -28,14 +28,74 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import RuntimeLaunchError
+from ..errors import RuntimeLaunchError, did_you_mean
 from . import torch_ops
+from .kernel import MISSING, refused
 from .op import Op
 from .spec import LaunchSpec, condition
 
 KERNELS_JSON = "kernels.json"
 GRAD_PREFIX = "grad."
 TRANSPOSE_SUFFIX = ".T"
+
+# What the runtime reads of kernels.json, key -> type ("?": a key it may lack), as
+# kernel.json's are (kernel.check_meta): a file edited by hand or cut short is refused
+# naming the key, never met as a KeyError or TypeError while the set loads.
+_NULL = type(None)
+_INDEX = {"kernels": dict, "recipe?": str, "arch?": str, "autograd?": (dict, _NULL),
+          "elsewhere?": (dict, _NULL), "dispatch?": (list, _NULL)}
+_AUTOGRAD = {"forward": str, "grads": dict, "returns?": (list, _NULL),
+             "scratch?": (list, _NULL), "launches?": (list, _NULL)}
+_GRAD = {"kernel": str, "inputs": list, "output?": (str, _NULL)}
+_LAUNCH = {"kernel": str, "inputs": list}
+_DISPATCH = {"kernel": str, "when?": (list, _NULL)}
+
+
+def check_index(index: Any, where: Path) -> None:
+    """kernels.json has every key the runtime reads, of the type it reads (the link step
+    writes it so; this refuses a hand-edited or truncated one before any kernel loads)."""
+    def fields(data: Any, key: str, spec: dict[str, Any]) -> None:
+        if not isinstance(data, dict):
+            raise refused(where, key or "<top>", dict, data)
+        for name, types in spec.items():
+            value = data.get(name.rstrip("?"), MISSING)
+            if value is MISSING and name.endswith("?"):
+                continue
+            if not isinstance(value, types):
+                raise refused(where, f"{key}.{name.rstrip('?')}".lstrip("."), types, value)
+
+    def strings(values: Any, key: str) -> None:
+        """Every entry of a list (or every value of a mapping) is a string."""
+        entries = values.items() if isinstance(values, dict) else enumerate(values or ())
+        for k, value in entries:
+            if not isinstance(value, str):
+                raise refused(where, f"{key}.{k}" if isinstance(values, dict) else f"{key}[{k}]",
+                              str, value)
+
+    fields(index, "", _INDEX)
+    if not index["kernels"]:
+        raise RuntimeLaunchError("key 'kernels' lists no kernel", where=str(where),
+                                 hint="rebuild the folder (scons or pipelink link) instead "
+                                      f"of editing {KERNELS_JSON}")
+    strings(index["kernels"], "kernels")
+    for name, archs in (index.get("elsewhere") or {}).items():
+        if not isinstance(archs, list):
+            raise refused(where, f"elsewhere.{name}", list, archs)
+        strings(archs, f"elsewhere.{name}")
+    autograd = index.get("autograd")
+    if autograd is not None:
+        fields(autograd, "autograd", _AUTOGRAD)
+        for x, grad in autograd["grads"].items():
+            fields(grad, f"autograd.grads.{x}", _GRAD)
+            strings(grad["inputs"], f"autograd.grads.{x}.inputs")
+        strings(autograd.get("returns"), "autograd.returns")
+        strings(autograd.get("scratch"), "autograd.scratch")
+        for i, launch in enumerate(autograd.get("launches") or ()):
+            fields(launch, f"autograd.launches[{i}]", _LAUNCH)
+            strings(launch["inputs"], f"autograd.launches[{i}].inputs")
+    for i, entry in enumerate(index.get("dispatch") or ()):
+        fields(entry, f"dispatch[{i}]", _DISPATCH)
+        strings(entry.get("when"), f"dispatch[{i}].when")
 
 
 class KernelSet:
@@ -52,12 +112,13 @@ class KernelSet:
         folder = Path(folder)
         try:
             index = json.loads((folder / KERNELS_JSON).read_text())
-            kernels = dict(index["kernels"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError) as exc:
             raise RuntimeLaunchError(f"not a built multi-kernel folder: {exc}",
-                                     where=str(folder / KERNELS_JSON)) from None
+                                     where=str(folder / KERNELS_JSON),
+                                     hint="build it with scons or 'pipelink link'") from None
+        check_index(index, folder / KERNELS_JSON)
         self._set_up(folder, index, {name: Op(folder / sub)
-                                     for name, sub in sorted(kernels.items())})
+                                     for name, sub in sorted(index["kernels"].items())})
 
     def _set_up(self, folder: Path, index: dict[str, Any], kernels: dict[str, Op]) -> None:
         """The set from its kernels.json (`index`) and its loaded kernels."""
@@ -67,6 +128,7 @@ class KernelSet:
         self._set_dispatch(index.get("dispatch") or ())
         if self.autograd:
             self.forward_op = self._kernel(self.autograd["forward"], "autograd.forward")
+            self._check_tensor_names()
             # Gradient kernels built for other archs only (kernels.<k>.arch): the forward
             # runs here, backpropagation through it is refused, naming them.
             unbuilt = "; ".join(
@@ -89,6 +151,51 @@ class KernelSet:
             # (which, like every op without gradient kernels, refuses backward).
             self.forward_op = next(iter(self.kernels.values()))
 
+    def _check_tensor_names(self) -> None:
+        """The autograd section names tensors the kernels have (the checker saw to it; a
+        hand edit may not): each gradient is of a forward input, each input reference a
+        forward tensor or the gradient of a forward output, each gradient output and
+        each returned output one the kernel has."""
+        section, spec = self.autograd, self.forward_op.spec
+        forward = f"kernel '{section['forward']}'"
+        inputs, outputs = list(spec.input_names), [o.name for o in spec.outputs]
+        refs = {f"autograd.launches[{i}].inputs": launch["inputs"]
+                for i, launch in enumerate(section.get("launches") or ())}
+        for x, grad in section["grads"].items():
+            key = f"autograd.grads.{x}"
+            if x not in inputs:
+                raise self._refuse(key, x, f"is not an input of {forward}", inputs)
+            refs[f"{key}.inputs"] = grad["inputs"]
+            op = self.kernels.get(grad["kernel"])    # absent: built elsewhere, or refused
+            if op is None:
+                continue
+            theirs = [o.name for o in op.spec.outputs]
+            if not theirs:
+                raise self._refuse(f"{key}.kernel", grad["kernel"], "has no output to be "
+                                   f"the gradient of '{x}'", list(self.kernels))
+            output = grad.get("output") or theirs[0]
+            if output not in theirs:
+                raise self._refuse(f"{key}.output", output,
+                                   f"is not an output of kernel '{grad['kernel']}'", theirs)
+        tensors = [*inputs, *outputs, *(GRAD_PREFIX + o for o in outputs)]
+        for key, names in refs.items():
+            for i, ref in enumerate(names):
+                if ref.removesuffix(TRANSPOSE_SUFFIX) not in tensors:
+                    raise self._refuse(f"{key}[{i}]", ref, f"names no tensor of {forward}",
+                                       tensors)
+        for i, name in enumerate(section.get("returns") or ()):
+            if name not in outputs:
+                raise self._refuse(f"autograd.returns[{i}]", name,
+                                   f"is not an output of {forward}", outputs)
+
+    def _refuse(self, key: str, name: str, message: str, known: list[str]) -> RuntimeLaunchError:
+        """kernels.json's ``key`` names ``name``, which ``message`` says is wrong."""
+        return RuntimeLaunchError(f"key '{key}': '{name}' {message}",
+                                  where=str(self.folder / KERNELS_JSON),
+                                  hint=did_you_mean(name, known) + "known: "
+                                  + (", ".join(known) or "none") + "; rebuild the folder "
+                                  f"(scons or pipelink link) instead of editing {KERNELS_JSON}")
+
     def _dispatched(self) -> list[Op]:
         return [op for op, _ in self.dispatch]
 
@@ -96,7 +203,8 @@ class KernelSet:
         if name not in self.kernels:
             raise RuntimeLaunchError(f"{key} names kernel '{name}', which {self.recipe} does "
                                      "not have", where=str(self.folder / KERNELS_JSON),
-                                     hint="kernels: " + ", ".join(self.kernels))
+                                     hint=did_you_mean(name, self.kernels) + "kernels: "
+                                     + ", ".join(self.kernels))
         return self.kernels[name]
 
     @property
@@ -123,11 +231,20 @@ class KernelSet:
     def _set_dispatch(self, entries: Any) -> None:
         """The dispatch rules as (op, conditions parsed once), in order."""
         self.dispatch = tuple(
-            (self._kernel(d["kernel"], "dispatch"),
-             tuple((text, condition(text, f"{KERNELS_JSON}: dispatch")) for text in
-                   d.get("when", ())))
-            for d in entries)
+            (self._kernel(d["kernel"], f"dispatch[{i}].kernel"),
+             tuple((text, self._condition(text, f"dispatch[{i}].when[{j}]"))
+                   for j, text in enumerate(d.get("when") or ())))
+            for i, d in enumerate(entries))
         self._chosen: dict[tuple, Op] = {}
+
+    def _condition(self, text: str, key: str) -> Callable[[dict[str, Any]], Any]:
+        """A dispatch condition parsed; one the host cannot evaluate is refused naming
+        kernels.json and the key."""
+        try:
+            return condition(text, key)
+        except RuntimeLaunchError as exc:
+            raise RuntimeLaunchError(exc.message, where=f"{self.folder / KERNELS_JSON}: {key}",
+                                     hint=exc.hint) from None
 
     def choose(self, *inputs: Any, **kw: Any) -> Op:
         """The kernel a call with these arguments runs (``dispatch``): the first whose

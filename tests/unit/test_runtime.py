@@ -292,6 +292,83 @@ def test_a_kernel_json_that_is_not_a_mapping_is_refused(tmp_path):
         read_kernel_folder(tmp_path)
 
 
+# kernels.json as the link step writes it for a linear layer's three kernels.
+INDEX = {"format": 1, "recipe": "lin", "arch": "sm_90a",
+         "kernels": {"forward": "forward", "dgrad": "dgrad", "wgrad": "wgrad"},
+         "autograd": {"forward": "forward", "grads": {
+             "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"], "output": "dx"},
+             "w": {"kernel": "wgrad", "inputs": ["grad.y.T", "x.T"], "output": "dw"}}},
+         "dispatch": [{"kernel": "forward", "when": ["M <= 512"]}, {"kernel": "forward"}]}
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda d: d.pop("kernels"), "key 'kernels' is missing, expected dict"),
+    (lambda d: d.update(kernels=["forward"]), "key 'kernels' is list ['forward'], expected dict"),
+    (lambda d: d.update(kernels={}), "key 'kernels' lists no kernel"),
+    (lambda d: d["kernels"].update(dgrad=3), "key 'kernels.dgrad' is int 3, expected str"),
+    (lambda d: d.update(autograd="forward"), "key 'autograd' is str 'forward', expected dict "
+                                             "or null"),
+    (lambda d: d["autograd"].pop("forward"), "key 'autograd.forward' is missing, expected str"),
+    (lambda d: d["autograd"]["grads"]["x"].pop("kernel"),
+     "key 'autograd.grads.x.kernel' is missing, expected str"),
+    (lambda d: d["autograd"]["grads"]["w"].update(inputs="grad.y"),
+     "key 'autograd.grads.w.inputs' is str 'grad.y', expected list"),
+    (lambda d: d["autograd"]["grads"]["w"].update(inputs=["grad.y", None]),
+     "key 'autograd.grads.w.inputs[1]' is NoneType None, expected str"),
+    (lambda d: d["autograd"].update(launches=[{"kernel": "dgrad"}]),
+     "key 'autograd.launches[0].inputs' is missing, expected list"),
+    (lambda d: d["autograd"].update(returns="y"), "key 'autograd.returns' is str 'y'"),
+    (lambda d: d.update(elsewhere={"dgrad": "sm_90a"}),
+     "key 'elsewhere.dgrad' is str 'sm_90a', expected list"),
+    (lambda d: d["dispatch"][0].pop("kernel"), "key 'dispatch[0].kernel' is missing"),
+    (lambda d: d["dispatch"][0].update(when="M <= 512"),
+     "key 'dispatch[0].when' is str 'M <= 512', expected list or null"),
+    (lambda d: d.update(dispatch=[["forward"]]), "key 'dispatch[0]' is list ['forward'], "
+                                                 "expected dict"),
+    (lambda d: d.clear() or d.update(recipe=["lin"]), "key 'kernels' is missing"),
+])
+def test_a_hand_edited_kernels_json_is_refused_naming_the_key(tmp_path, edit, needle):
+    """Before any kernel loads (no GPU here): a KeyError or TypeError while the set was
+    built, before."""
+    from pipelink.runtime import KernelSet
+    index = json.loads(json.dumps(INDEX))
+    edit(index)
+    (tmp_path / "kernels.json").write_text(json.dumps(index))
+    with pytest.raises(RuntimeLaunchError, match=re.escape(needle)) as info:
+        KernelSet(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path / 'kernels.json'}: ")
+    assert "instead of editing kernels.json" in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("[1, 2]", "key '<top>' is list [1, 2], expected dict"),
+    ('{"recipe": "lin", "kernels": {"forward": "forw', "not a built multi-kernel folder"),
+])
+def test_a_kernels_json_that_is_not_a_mapping_or_cut_short_is_refused(tmp_path, text, needle):
+    from pipelink.runtime import KernelSet
+    (tmp_path / "kernels.json").write_text(text)
+    with pytest.raises(RuntimeLaunchError, match=re.escape(needle)) as info:
+        KernelSet(tmp_path)
+    assert str(tmp_path / "kernels.json") in str(info.value)
+
+
+@pytest.mark.parametrize(("entry", "needle"), [
+    ({"kernel": "short", "when": ["M <= pow2_ceil(N)"]},
+     "kernels.json: dispatch[0].when[0]: contract function pow2_ceil() is not allowed"),
+    ({"kernel": "short", "when": ["M"]}, "kernels.json: dispatch[0].when[0]: cannot read "
+                                         "condition 'M'"),
+    ({"kernel": "shrot", "when": ["M <= 4"]},
+     "kernels.json: dispatch[0].kernel names kernel 'shrot', which mm does not have\n"
+     "  hint: did you mean 'short'?"),
+])
+def test_a_dispatch_kernels_json_cannot_run_names_the_entry(tmp_path, entry, needle):
+    from pipelink.runtime import KernelSet
+    ks = object.__new__(KernelSet)
+    ks.recipe, ks.folder, ks.kernels = "mm", tmp_path, {"short": None, "tall": None}
+    with pytest.raises(RuntimeLaunchError, match=re.escape(f"{tmp_path}/{needle}")):
+        ks._set_dispatch([entry, {"kernel": "tall"}])
+
+
 def test_kernel_folder_sha256_is_verified(tmp_path):
     cubin = b"\x7fELF not really a cubin"
     meta = dict(META, cubin_sha256=hashlib.sha256(cubin).hexdigest())

@@ -5,6 +5,7 @@ graph break (checked here on meta tensors, without a GPU)."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -495,6 +496,39 @@ def test_gradients_built_for_another_arch_refuse_backward_naming_them():
     alone = Op.from_meta(_gemm_meta("belsewhere", "x", "w", "y", shapes), 132)
     with pytest.raises(RuntimeLaunchError, match="kernel 'dgrad' is built for sm_90a only"):
         alone(x, w).sum().backward()
+
+
+@pytest.mark.parametrize(("edit", "needle"), [
+    (lambda a: a["grads"].update(z=a["grads"].pop("x")),
+     "key 'autograd.grads.z': 'z' is not an input of kernel 'forward'"),
+    (lambda a: a["grads"]["x"].update(output="dxx"),
+     "key 'autograd.grads.x.output': 'dxx' is not an output of kernel 'dgrad'"),
+    (lambda a: a["grads"]["x"].update(inputs=["grad.yy", "w.T"]),
+     "key 'autograd.grads.x.inputs[0]': 'grad.yy' names no tensor of kernel 'forward'"),
+    (lambda a: a.update(returns=["yy"]),
+     "key 'autograd.returns[0]': 'yy' is not an output of kernel 'forward'"),
+], ids=["grad_of_no_input", "no_such_output", "no_such_tensor", "returns_no_output"])
+def test_kernels_json_naming_tensors_the_kernels_lack_is_refused(edit, needle, request):
+    """An autograd section edited to name a tensor its kernels do not have: a ValueError
+    while the set was built, or a KeyError at the first backward, before."""
+    from pathlib import Path
+
+    from pipelink.runtime.kernelset import KernelSet
+    tag = request.node.callspec.id.replace("_", "")
+    autograd = {"forward": "forward", "grads": {
+        "x": {"kernel": "dgrad", "inputs": ["grad.y", "w.T"], "output": "dx"}}}
+    edit(autograd)
+    kernels = {"forward": _gemm_meta(f"hf{tag}", "x", "w", "y", (["M", "K"], ["N", "K"],
+                                                                 ["M", "N"])),
+               "dgrad": _gemm_meta(f"hd{tag}", "dy", "w", "dx", (["M", "N"], ["K", "N"],
+                                                                 ["M", "K"]))}
+    ks = object.__new__(KernelSet)
+    with pytest.raises(RuntimeLaunchError, match=re.escape(needle)) as info:
+        ks._set_up(Path("lin"), {"recipe": "lin", "kernels": {k: k for k in kernels},
+                                 "autograd": autograd},
+                   {k: Op.from_meta(m, 132) for k, m in kernels.items()})
+    assert str(info.value).startswith(f"{Path('lin') / 'kernels.json'}: ")
+    assert "did you mean" in str(info.value) or "known: " in str(info.value)
 
 
 class _DeviceArray:
