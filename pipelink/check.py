@@ -826,6 +826,7 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                     names_known(dim, f"launch.{group}.{name}.shape[{i}]")
     for i, condition in enumerate(launch.get("require", [])):
         _condition_known(problems, f"launch.require[{i}]", condition, sizes)
+        _condition_satisfiable(problems, f"launch.require[{i}]", condition)
     for name, rules in launch.get("contents", {}).items():
         if name not in launch.get("inputs", {}):
             problems.add(f"launch.contents.{name}", f"'{name}' is not an input of the launch",
@@ -897,24 +898,27 @@ def _constant(value: Any) -> int | None:
 
 def _check_arg_max(b: BoundContract, key: str, spec: dict[str, Any], value: Any,
                    problems: _Problems) -> None:
-    """A literal bound outside the argument's type, or above its ``max`` (what the object
-    was built to handle), is refused here; an expression is checked by the runtime
-    (arg_requires)."""
-    if not isinstance(value, int) or isinstance(value, bool):
+    """A literal bound (or an expression that names no size) outside the argument's type,
+    or above its ``max`` (what the object was built to handle), is refused here; an
+    expression over sizes is checked by the runtime (arg_requires)."""
+    fixed = value if isinstance(value, int) and not isinstance(value, bool) \
+        else _constant(value)     # an expression that names no size: one value too
+    if fixed is None:
         return
-    low, high = INT_RANGES.get(spec["type"], (value, value))
-    if not low <= value <= high:   # else every call would be refused at launch
+    shown = str(fixed) if fixed is value else f"{value!r}, which is {fixed}"
+    low, high = INT_RANGES.get(spec["type"], (fixed, fixed))
+    if not low <= fixed <= high:   # else every call would be refused at launch
         problems.add(f"launch.bind.{key}",
                      f"argument '{key}' is a {spec['type']}, which holds {low}..{high}; "
-                     f"bound to {value}", "bind a value in that range")
+                     f"bound to {shown}", "bind a value in that range")
         return
     if "max" not in spec:
         return
     most = b.eval(spec["max"], f"args.{spec['name']}.max")
-    if value > most:
+    if fixed > most:
         problems.add(f"launch.bind.{key}",
                      f"argument '{key}' of component '{b.name}' handles at most {most} "
-                     f"(max: {spec['max']}), bound to {value}",
+                     f"(max: {spec['max']}), bound to {shown}",
                      f"bind at most {most}, or build '{b.name}' with larger params")
 
 
@@ -1889,6 +1893,22 @@ def _condition_known(problems: _Problems, key: str, condition: str, sizes: set[s
         return
     _sizes_known(problems, key, left, sizes)
     _sizes_known(problems, key, right, sizes)
+
+
+def _condition_satisfiable(problems: _Problems, key: str, condition: str) -> None:
+    """A condition that names no size (what is left of '$experts <= 64' once a recipe
+    sets experts: 128) holds for every call or for none; for none, every launch would
+    be refused at the call, after the build."""
+    try:
+        left, op, right = expr.comparison(condition)
+    except ContractError:
+        return   # _condition_known said so
+    a, b = _constant(left), _constant(right)
+    if a is not None and b is not None and not expr.COMPARE[op](a, b):
+        problems.add(key, f"require {condition!r} names no size and is false ({a} {op} {b}): "
+                          "every call would be refused",
+                     "a require bounds the sizes (e.g. 'E <= 64'): correct it, or the "
+                     "constants it is written with")
 
 
 def _launch_order(problems: _Problems, grads: dict[str, Any], kernels: dict[str, Any],

@@ -20,6 +20,7 @@ import ast
 import operator
 import warnings
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import ContractError, did_you_mean
 
@@ -373,6 +374,11 @@ class _Evaluator(ast.NodeVisitor):
 
 COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
                ast.NotEq: "!="}
+# What each comparison :func:`comparison` returns computes (plain operators: symbolic
+# sizes work).
+COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne}
 
 
 def comparison(text: str, *, where: str = "") -> tuple[str, str, str]:

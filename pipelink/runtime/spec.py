@@ -151,7 +151,7 @@ class LaunchSpec:
             left, op, right = expr.comparison(condition, where=f"launch.require[{i}]")
             a = evaluate(left, sizes, f"require[{i}]")
             b = evaluate(right, sizes, f"require[{i}]")
-            if not _COMPARE[op](a, b):
+            if not expr.COMPARE[op](a, b):
                 used = sorted((expr.names(left) | expr.names(right)) & set(sizes))
                 here = ", ".join(f"{n} = {sizes[n]}" for n in used) or f"{a} {op} {b} is false"
                 raise RuntimeLaunchError(
@@ -191,10 +191,6 @@ def evaluate(text: Any, sizes: Mapping[str, Any], key: str) -> Any:
     return _function(str(text), key)(sizes)
 
 
-_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-            "==": operator.eq, "!=": operator.ne}
-
-
 def condition(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
     """A condition ('M <= 512') as a function of the sizes, parsed once. Calling it runs
     plain Python operators only, so torch.compile traces it where it could not trace
@@ -203,7 +199,7 @@ def condition(text: str, key: str) -> Callable[[Mapping[str, Any]], Any]:
         left, op, right = expr.comparison(text, where=key)
     except PipeLinkError as exc:
         raise RuntimeLaunchError(exc.message, where=exc.where, hint=exc.hint) from None
-    lhs, rhs, compare = _function(left, key), _function(right, key), _COMPARE[op]
+    lhs, rhs, compare = _function(left, key), _function(right, key), expr.COMPARE[op]
     return lambda sizes: compare(lhs(sizes), rhs(sizes))
 
 

@@ -17,7 +17,7 @@ from pipelink.runtime.spec import LaunchSpec
 from ..conftest import check_repo_recipe
 
 
-def _route_to(k: int):  # noqa: ANN202
+def _route_to(k: int | str):  # noqa: ANN202
     def edit(data: dict) -> None:
         data["launch"]["bind"]["router.top_k"] = k
     return edit
@@ -30,6 +30,15 @@ def test_a_literal_above_max_is_refused(tmp_path: Path):
     assert "launch.bind.router.top_k" in text
     assert "'moe_router' handles at most 8 (max: max_top_k), bound to 9" in text
     assert "moe_layer.yaml" in text
+
+
+def test_an_expression_of_no_size_above_max_is_refused(tmp_path: Path):
+    """'2 * 8' is one value for every call: above max, it used to become the runtime
+    condition '2 * 8 <= 8', which refused every call after the build."""
+    with pytest.raises(CheckError) as err:
+        check_repo_recipe(tmp_path, "moe_layer", edit=_route_to("2 * 8"))
+    assert "'moe_router' handles at most 8 (max: max_top_k), bound to '2 * 8', which is " \
+           "16" in str(err.value)
 
 
 def test_a_literal_within_max_checks(tmp_path: Path):

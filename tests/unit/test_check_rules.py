@@ -167,6 +167,13 @@ CASES = [
     Case("require_calls_ceil_div_with_one_argument",
          (f"{RECIPE}: launch.require[0]", "ceil_div() takes 2 arguments, given 1"),
          recipe=put("launch.require", ["ceil_div(K) <= 64"])),
+    # A require that names no size holds for every call or for none: for none, every
+    # call was refused at the call, after the build.
+    Case("require_of_constants_that_is_false",
+         (f"{RECIPE}: launch.require[1]", "require '128 <= 64' names no size and is false "
+          "(128 <= 64): every call would be refused", "or the constants it is written with"),
+         recipe=chain(put("constants", {"rows": 128}),
+                      put("launch.require", ["K % 64 == 0", "$rows <= 64"]))),
     Case("bind_key_without_a_dot",
          (f"{RECIPE}: launch.bind.k_tiles", "bind key 'k_tiles' names no argument",
           "instance.argument", "e.g. load.src"),
