@@ -192,7 +192,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     transfers = _check_connections(recipe, bound, problems)
     _check_function_callers(bound, transfers, problems)
     _check_fixed_barriers(bound, problems)
-    _check_clusters(recipe, bound, problems)
+    _check_clusters(recipe, arch, bound, problems)
     _check_binds(recipe, bound, problems)
     _check_launch(recipe, bound, problems)
     _check_cycles(transfers, problems)
@@ -729,13 +729,31 @@ def _check_fixed_barriers(bound: dict[str, BoundContract], problems: _Problems) 
                 owners[fixed] = here
 
 
-def _check_clusters(recipe: Recipe, bound: dict[str, BoundContract],
+def _check_clusters(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
                     problems: _Problems) -> None:
+    """Components that state a cluster shape agree with the launch's, and no cluster
+    holds more CTAs than the arch's portable maximum: the runtime launches with no
+    non-portable cluster size attribute, so a larger one is refused at every launch
+    (nvcc compiles it all the same)."""
     shapes = {name: component_cluster(b) for name, b in bound.items()
               if "cluster" in b.contract.data}
     wanted = recipe.launch.get("cluster")
     if wanted is not None:
         shapes["launch.cluster"] = tuple(wanted)
+    most = ARCH_LIMITS[arch]["cluster_ctas"]
+    for name, shape in sorted(shapes.items()):
+        if math.prod(shape) <= most:
+            continue
+        launch = name == "launch.cluster"
+        who = "the kernel" if launch else f"{name} ({bound[name].name})"
+        problems.add(name if launch else f"instances.{name}",
+                     f"{who} runs in a cluster of {list(shape)}, {math.prod(shape)} CTAs, more "
+                     f"than the {most} a cluster holds portably on {arch}: a larger one needs "
+                     "the non-portable cluster size attribute and a GPU that has it, and "
+                     "would fail to launch",
+                     f"use at most {most} CTAs in all (x * y * z) "
+                     + ("under launch.cluster" if launch
+                        else f"in {bound[name].contract.path}: cluster, or its params"))
     if len(set(shapes.values())) > 1:
         listing = ", ".join(f"{k} {list(v)}" for k, v in sorted(shapes.items()))
         problems.add("launch.cluster", f"cluster shapes disagree: {listing}",

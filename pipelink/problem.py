@@ -16,13 +16,16 @@ import json
 from dataclasses import asdict, dataclass, field
 
 # Per-arch SM limits, in one table (read by the placer, the glue and the checker).
+# cluster_ctas: the portable cluster size. A larger cluster (16 on some sm_90a and
+# sm_100a parts) launches only with the non-portable cluster size attribute set, and only
+# where the GPU has it.
 ARCH_LIMITS: dict[str, dict[str, int]] = {
     "sm_90a": {"smem_bytes": 227 * 1024, "max_warps": 32, "regs_per_sm": 65536,
-               "named_barriers": 16, "tmem_columns": 0},
+               "named_barriers": 16, "tmem_columns": 0, "cluster_ctas": 8},
     "sm_100a": {"smem_bytes": 227 * 1024, "max_warps": 32, "regs_per_sm": 65536,
-                "named_barriers": 16, "tmem_columns": 512},
+                "named_barriers": 16, "tmem_columns": 512, "cluster_ctas": 8},
     "sm_120a": {"smem_bytes": 99 * 1024, "max_warps": 48, "regs_per_sm": 65536,
-                "named_barriers": 16, "tmem_columns": 0},
+                "named_barriers": 16, "tmem_columns": 0, "cluster_ctas": 8},
 }
 
 # The id in the placement struct of a named barrier that is not placed (its contract's

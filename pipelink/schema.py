@@ -233,7 +233,8 @@ LAUNCH = _obj(description="how the host launches the kernel", props={
                    "description": "grid = number of SMs (no grid: beside it)"},
     "cluster": {"type": "array", "items": {"type": "integer", "minimum": 1},
                 "minItems": 3, "maxItems": 3,
-                "description": "cluster shape [x, y, z]; components that state one agree"},
+                "description": "cluster shape [x, y, z], at most 8 CTAs in all (the "
+                               "portable cluster size); components that state one agree"},
     "inputs": _map(INPUT_TENSOR, "call(x, w): the op's positional inputs, name -> {dtype, "
                                  "shape, writes}"),
     "scalars": {"type": "object",

@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
+from pipelink.check import check
+from pipelink.contract import load_contract
 from pipelink.errors import CheckError
+from pipelink.recipe import load_recipe
 
-from ..conftest import Tree, consumer, epilogue, producer, toy_recipe
+from ..conftest import ROOT, Tree, consumer, epilogue, producer, toy_recipe
 from .test_errors import Mutation, add, chain, put
 
 RECIPE = "recipes/r.yaml"
@@ -174,6 +178,20 @@ CASES = [
           "(128 <= 64): every call would be refused", "or the constants it is written with"),
          recipe=chain(put("constants", {"rows": 128}),
                       put("launch.require", ["K % 64 == 0", "$rows <= 64"]))),
+    # nvcc compiles a cluster of any size; one past the portable 8 CTAs needs an
+    # attribute the runtime does not set, and failed at every launch.
+    Case("cluster_past_the_portable_size",
+         (f"{RECIPE}: launch.cluster", "the kernel runs in a cluster of [16, 1, 1], 16 CTAs, "
+          "more than the 8 a cluster holds portably on sm_90a", "non-portable cluster size",
+          "use at most 8 CTAs in all (x * y * z) under launch.cluster"),
+         recipe=put("launch.cluster", [16, 1, 1])),
+    Case("cluster_past_the_portable_size_in_two_dimensions",
+         (f"{RECIPE}: launch.cluster", "a cluster of [4, 4, 1], 16 CTAs"),
+         recipe=put("launch.cluster", [4, 4, 1])),
+    Case("component_cluster_past_the_portable_size",
+         (f"{RECIPE}: instances.load", "load (loader) runs in a cluster of [2, 2, 4], 16 CTAs",
+          "components/loader/contract.yaml: cluster, or its params"),
+         loader=put("cluster", [2, 2, 4]), recipe=put("launch.cluster", [2, 2, 4])),
     Case("bind_key_without_a_dot",
          (f"{RECIPE}: launch.bind.k_tiles", "bind key 'k_tiles' names no argument",
           "instance.argument", "e.g. load.src"),
@@ -268,6 +286,22 @@ def test_rule_refuses_naming_what_to_fix(tree, case):
     text = str(info.value)
     for part in case.must:
         assert part in text, f"{part!r} missing from:\n{text}"
+
+
+def test_a_kernel_cluster_past_the_portable_size_names_the_kernel(tmp_path):
+    """A kernel of a multi-kernel recipe: the key names it."""
+    data = yaml.safe_load((ROOT / "recipes" / "gemm_auto.yaml").read_text())
+    data["kernels"]["short"]["launch"]["cluster"] = [16, 1, 1]
+    path = tmp_path / "recipes" / "gemm_auto.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    kernel = load_recipe(path).kernels()["short"]
+    bound = {inst: load_contract(ROOT / "components" / i.component / "contract.yaml")
+             .bind(i.params) for inst, i in kernel.instances("sm_90a").items()}
+    with pytest.raises(CheckError) as info:
+        check(kernel, "sm_90a", bound)
+    assert f"{path}: kernels.short.launch.cluster: the kernel runs in a cluster of " \
+           "[16, 1, 1]" in str(info.value)
 
 
 def test_the_same_cycle_is_reported_once(tree):
