@@ -58,6 +58,10 @@ class Instance:
     tunables: dict[str, Any]       # pins: value or list of allowed values
     loop: str | None = None        # cooperative | pingpong, where the recipe says
     lane: str | None = None        # the instance whose role's warps this one's runs in
+    # Params written per arch with no value for this one: param -> the values given. A
+    # component that takes such a param is refused (resolve_components); one that does
+    # not (another arch's component, per_arch) is built without it.
+    unset: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -178,25 +182,13 @@ class Recipe:
                 raise RecipeError(f"instance '{name}' names no component for {arch}",
                                   where=self.where(f"instances.{name}"),
                                   hint="add component: or per_arch: {" + arch + ": ...}")
-            out[name] = Instance(name, component, self._params_for(name, spec, arch),
-                                 dict(spec.get("tunables", {})), spec.get("loop"),
-                                 spec.get("lane"))
-        return out
-
-    def _params_for(self, name: str, spec: dict[str, Any], arch: str) -> dict[str, int | str]:
-        """The instance's params on ``arch``: a param written as ``{arch: value}`` (a
-        tile one arch's code takes and another's cannot, say) takes this arch's value,
-        and must have one."""
-        out = {}
-        for key, value in spec.get("params", {}).items():
-            if isinstance(value, dict):
-                if arch not in value:
-                    raise RecipeError(f"param '{key}' of instance '{name}' has no value for "
-                                      f"{arch}", where=self.where(f"instances.{name}.params.{key}"),
-                                      hint=f"add {arch}: <value> beside "
-                                           + ", ".join(f"{a}: {v}" for a, v in value.items()))
-                value = value[arch]
-            out[key] = value
+            params = spec.get("params", {})
+            out[name] = Instance(
+                name, component,
+                {k: v[arch] if isinstance(v, dict) else v for k, v in params.items()
+                 if not isinstance(v, dict) or arch in v},
+                dict(spec.get("tunables", {})), spec.get("loop"), spec.get("lane"),
+                {k: v for k, v in params.items() if isinstance(v, dict) and arch not in v})
         return out
 
 
@@ -443,4 +435,22 @@ def resolve_components(recipe: Recipe, arch: str,
         except ContractError as exc:
             raise RecipeError(exc.message, where=recipe.where(f"instances.{name}"),
                               hint=exc.hint) from None
+        _check_unset(recipe, arch, inst, out[name][1])
     return out
+
+
+def _check_unset(recipe: Recipe, arch: str, inst: Instance, contract_path: Path) -> None:
+    """A param written per arch (``{sm_90a: 192, sm_100a: 128}``) needs a value for
+    every arch whose component takes it; a per_arch instance whose component on this arch
+    has no such param (another arch's component's knob) is built without it."""
+    if not inst.unset:
+        return
+    takes = load_contract(contract_path).params
+    for key, value in inst.unset.items():
+        if key in takes:
+            raise RecipeError(
+                f"param '{key}' of instance '{inst.name}' has no value for {arch}, and "
+                f"{inst.component} takes it",
+                where=recipe.where(f"instances.{inst.name}.params.{key}"),
+                hint=f"add {arch}: <value> beside "
+                     + ", ".join(f"{a}: {v}" for a, v in value.items()))

@@ -276,7 +276,9 @@ INSTANCES = _map({"oneOf": [
                           "additionalProperties": {"oneOf": [{"type": "integer"}, PARAM_STRING]},
                           "description": "arch -> value, where the value differs per arch"}]},
                      "description": "compile-time params of the component; a value written "
-                                    "{arch: value} differs per arch"},
+                                    "{arch: value} differs per arch (an arch left out: that "
+                                    "arch's component must not take the param, as where "
+                                    "per_arch picks components with other params)"},
           "tunables": {"type": "object", "additionalProperties": {"oneOf": [
               {"type": "integer"},
               {"type": "array", "items": {"type": "integer"}}]},

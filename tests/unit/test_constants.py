@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from pipelink.contract import load_contract
 from pipelink.errors import RecipeError
-from pipelink.recipe import ComponentIndex, load_recipe
+from pipelink.recipe import ComponentIndex, load_recipe, resolve_components
 from pipelink.sconsrun import plans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,15 +125,39 @@ def test_a_param_takes_its_value_per_arch(tmp_path):
 
 
 def test_a_per_arch_param_without_the_arch_built_is_refused_naming_it(tmp_path):
-    path = _write(tmp_path, "base", PER_ARCH.replace("{sm_90a: 192, sm_100a: 128}",
-                                                     "{sm_90a: 192}"))
+    """The arch's component takes the param, so a value for it was forgotten."""
+    path = _write(tmp_path, "base", PER_ARCH.replace("tile: {sm_90a: 192, sm_100a: 128}",
+                                                     "rows: {sm_90a: 192}"))
     recipe = load_recipe(path)
-    assert recipe.instances("sm_90a")["a"].params["tile"] == 192
+    assert resolve_components(recipe, "sm_90a", INDEX)["a"][0].params["rows"] == 192
     with pytest.raises(RecipeError) as e:
-        recipe.instances("sm_100a")
+        resolve_components(recipe, "sm_100a", INDEX)
     text = str(e.value)
-    assert "param 'tile' of instance 'a' has no value for sm_100a" in text, text
-    assert f"{path}: instances.a.params.tile" in text and "add sm_100a:" in text, text
+    assert "param 'rows' of instance 'a' has no value for sm_100a" in text, text
+    assert "row_store takes it" in text, text
+    assert f"{path}: instances.a.params.rows" in text and "add sm_100a:" in text, text
+
+
+# A per_arch instance whose components take different params: tmem_swiglu_epilogue's
+# acc_stages (its TMEM accumulator stages) is no param of swiglu_epilogue.
+PER_ARCH_COMPONENTS = """recipe: base
+arch: [sm_90a, sm_100a]
+instances:
+  a: {per_arch: {sm_90a: swiglu_epilogue, sm_100a: tmem_swiglu_epilogue},
+      params: {tile_m: 128, acc_stages: {sm_100a: 1}}}
+"""
+
+
+def test_a_per_arch_param_goes_only_to_the_components_that_take_it(tmp_path):
+    recipe = load_recipe(_write(tmp_path, "base", PER_ARCH_COMPONENTS))
+    hopper = resolve_components(recipe, "sm_90a", INDEX)["a"][0]
+    blackwell = resolve_components(recipe, "sm_100a", INDEX)["a"][0]
+    assert (hopper.component, hopper.params) == ("swiglu_epilogue", {"tile_m": 128})
+    assert blackwell.params == {"tile_m": 128, "acc_stages": 1}
+    # Both bind: the Hopper object is built without the Blackwell component's knob.
+    for arch in ("sm_90a", "sm_100a"):
+        spec, path = resolve_components(recipe, arch, INDEX)["a"]
+        assert load_contract(path).bind(spec.params).params["tile_m"] == 128
 
 
 def test_a_per_arch_param_naming_an_unknown_arch_is_refused(tmp_path):
