@@ -182,14 +182,24 @@ class Recipe:
                 raise RecipeError(f"instance '{name}' names no component for {arch}",
                                   where=self.where(f"instances.{name}"),
                                   hint="add component: or per_arch: {" + arch + ": ...}")
-            params = spec.get("params", {})
-            out[name] = Instance(
-                name, component,
-                {k: v[arch] if isinstance(v, dict) else v for k, v in params.items()
-                 if not isinstance(v, dict) or arch in v},
-                dict(spec.get("tunables", {})), spec.get("loop"), spec.get("lane"),
-                {k: v for k, v in params.items() if isinstance(v, dict) and arch not in v})
+            params, unset = _params_on(spec.get("params", {}), arch)
+            out[name] = Instance(name, component, params, dict(spec.get("tunables", {})),
+                                 spec.get("loop"), spec.get("lane"), unset)
         return out
+
+
+def _params_on(params: dict[str, Any], arch: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An instance's params on ``arch`` (a value written ``{arch: value}`` takes this
+    arch's), and those written per arch with no value for it (see Instance.unset)."""
+    on, unset = {}, {}
+    for key, value in params.items():
+        if not isinstance(value, dict):
+            on[key] = value
+        elif arch in value:
+            on[key] = value[arch]
+        else:
+            unset[key] = value
+    return on, unset
 
 
 def load_recipe(path: Path | str) -> Recipe:
