@@ -404,17 +404,27 @@ def check_resources(report: PtxasReport, kernel: Kernel, placement: Placement) -
                  "'registers' in its contract to what the code uses, or use fewer warps")
 
 
+# One call statement, whatever lines ptxas's printer spreads it over (the callee
+# usually sits on the line after `call.uni`).
+_CALL = re.compile(r"\bcall(?:\.uni)?\b[^;]*;")
+
+
 def verify_folded(ptx: str, kernel: Kernel) -> None:
     """The linked PTX must call no component entry and load no placement constant."""
-    symbols = {b.symbol(e) for b in kernel.bound.values()
-               for e in [*b.entries().values(), *b.functions("in").values()]}
-    calls = [line.strip() for line in ptx.splitlines()
-             if re.search(r"\bcall(\.uni)?\b", line) and any(s in line for s in symbols)]
+    owners: dict[str, set[str]] = {}
+    for inst, b in kernel.bound.items():
+        for e in [*b.entries().values(), *b.functions("in").values()]:
+            owners.setdefault(b.symbol(e), set()).add(f"instance '{inst}' ({b.name})")
+    calls = [" ".join(m.group(0).split()) for m in _CALL.finditer(ptx)]
+    calls = [c for c in calls if any(s in owners for s in _TOKEN.findall(c))]
+    who = ", ".join(sorted({o for c in calls for s in _TOKEN.findall(c)
+                            for o in owners.get(s, ())}))
     loads = [line.strip() for line in ptx.splitlines()
              if re.search(r"\bld\.", line) and re.search(r"\bpl_(at|cvt|work)_", line)]
     if calls or loads:
         raise LinkError("LTO did not fold the placement: "
-                        f"{len(calls)} entry call(s), {len(loads)} placement load(s) remain",
+                        f"{len(calls)} entry call(s), {len(loads)} placement load(s) remain"
+                        + (f"; still called: {who}" if who else ""),
                         hint="component entries must be plain extern \"C\" __device__ "
                              "functions (not inline/__forceinline__/__noinline__)",
                         log="\n".join(calls[:5] + loads[:5]))

@@ -1,10 +1,19 @@
-"""Reading PTX for verification: barrier ids, thread counts and static shared memory."""
+"""Reading PTX for verification: barrier ids, thread counts, static shared memory and
+entry calls LTO left."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from pipelink.verify import PtxasReport, parse_ptx
+from pipelink.check import Kernel, check
+from pipelink.contract import load_contract
+from pipelink.errors import LinkError
+from pipelink.recipe import load_recipe
+from pipelink.verify import PtxasReport, parse_ptx, verify_folded
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module(body: str, decls: str = "") -> str:
@@ -130,3 +139,40 @@ def test_kernel_resources(toy, report, error):
 def test_placer_counts_static_shared_memory_with_the_dynamic_alignment(static, left):
     from pipelink.problem import Problem
     assert Problem("sm_90a", static_smem=static).limits["smem_bytes"] == left
+
+
+TOY = """recipe: toy_pair
+arch: [sm_90a]
+instances:
+  load: {component: tile_loader, params: {dtype: bf16}}
+  reduce: row_reduce
+  store: row_store
+connect:
+  - load.tiles -> reduce.x
+  - reduce.acc -> store.acc
+"""
+
+
+def _toy_kernel(tmp_path: Path) -> Kernel:
+    (tmp_path / "toy_pair.yaml").write_text(TOY)
+    recipe = load_recipe(tmp_path / "toy_pair.yaml")
+    bound = {name: load_contract(ROOT / "components" / inst.component / "contract.yaml")
+             .bind(inst.params) for name, inst in recipe.instances("sm_90a").items()}
+    return check(recipe, "sm_90a", bound)
+
+
+# ptxas's printer puts the callee on the line after `call.uni` (a __noinline__ entry).
+SPLIT_CALL = "\t{\n\tcall.uni \n\t{symbol}, \n\t(\n\tparam0, \n\tparam1\n\t);\n\t}"
+
+
+@pytest.mark.parametrize("call", [SPLIT_CALL, "\tcall.uni {symbol}, (param0);"],
+                         ids=["split", "one_line"])
+def test_a_surviving_entry_call_is_refused_naming_the_instance(tmp_path, call):
+    kernel = _toy_kernel(tmp_path)
+    symbol = kernel.bound["reduce"].symbol("pl_row_reduce_reduce")
+    with pytest.raises(LinkError, match=r"1 entry call\(s\).*instance 'reduce' \(row_reduce\)"):
+        verify_folded(_module(call.replace("{symbol}", symbol)), kernel)
+
+
+def test_folded_code_passes(tmp_path):
+    verify_folded(_module("\tcall.uni helper, (%r1);\n\tbar.sync 0;"), _toy_kernel(tmp_path))
