@@ -184,6 +184,36 @@ def unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
     return None
 
 
+_HOOKS = {"init": "init hook", "tail": "tail hook"}
+
+
+def undefined_entry(kernel: Kernel, loaded: dict[str, ComponentObject],
+                    error: LinkError) -> LinkError | None:
+    """nvJitLink's unresolved extern function, when it is a role's entry (or init/tail
+    hook) that the component's object does not define (a misspelt name, or an inline
+    entry that was never emitted), as an error naming the component, instance and role
+    and the definition to write; None otherwise."""
+    found = UNRESOLVED.search(error.log or "")
+    if found is None:
+        return None
+    for inst, bound in sorted(kernel.bound.items()):
+        for key, name in bound.entries().items():
+            role, _, hook = key.partition(".")
+            if (role not in bound.contract.roles or hook not in ("", *_HOOKS)
+                    or bound.symbol(name) != found.group(1)):
+                continue
+            what = f"the {_HOOKS[hook]} of role '{role}'" if hook else f"role '{role}'"
+            return LinkError(
+                f"component '{bound.name}' (instance '{inst}') does not define {name}, the "
+                f"entry of {what}",
+                where=loaded[inst].path if inst in loaded else None,
+                hint=f'define it in the component\'s source as a plain extern "C" __device__ '
+                     f"function with the signature pl_{bound.name}.h declares (the header "
+                     "maps the name to the object's symbol), not inline or __forceinline__: "
+                     "an entry nothing in its file calls is then never emitted")
+    return None
+
+
 def place_kernel(kernel: Kernel, workers: int = 1) -> Placement:
     from .place import place
     return place(kernel.problem, workers=workers)
@@ -370,7 +400,8 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
             try:
                 cubin = cubin_job.result()
             except LinkError as exc:
-                raise unprovided_function(kernel, loaded, exc) or exc from None
+                raise (unprovided_function(kernel, loaded, exc)
+                       or undefined_entry(kernel, loaded, exc) or exc) from None
             ptx = ptx_job.result().decode() if ptx_job is not None else None
             timings["nvjitlink"] = time.perf_counter() - t0
             if evidence is not None:

@@ -1,5 +1,5 @@
-"""Reading PTX for verification: barrier ids, thread counts, static shared memory and
-entry calls LTO left."""
+"""Reading PTX for verification (barrier ids, thread counts, static shared memory, entry
+calls LTO left), and naming an entry an object lacks at link time."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from pipelink.check import Kernel, check
 from pipelink.contract import load_contract
 from pipelink.errors import LinkError
+from pipelink.link import undefined_entry
 from pipelink.recipe import load_recipe
 from pipelink.verify import PtxasReport, parse_ptx, verify_folded
 
@@ -176,3 +177,19 @@ def test_a_surviving_entry_call_is_refused_naming_the_instance(tmp_path, call):
 
 def test_folded_code_passes(tmp_path):
     verify_folded(_module("\tcall.uni helper, (%r1);\n\tbar.sync 0;"), _toy_kernel(tmp_path))
+
+
+def test_an_entry_the_object_lacks_is_named(tmp_path):
+    """A misspelt or __forceinline__ entry is never emitted: nvJitLink's unresolved
+    symbol becomes an error naming the component, instance and role."""
+    kernel = _toy_kernel(tmp_path)
+    symbol = kernel.bound["reduce"].symbol("pl_row_reduce_reduce")
+    log = f"ptxas fatal   : Unresolved extern function '{symbol}'\nERROR NVJITLINK_ERROR"
+    error = undefined_entry(kernel, {}, LinkError("nvJitLink failed", log=log))
+    assert error is not None
+    text = str(error)
+    assert "component 'row_reduce' (instance 'reduce')" in text
+    assert "pl_row_reduce_reduce, the entry of role 'reduce'" in text
+    assert "__forceinline__" in text
+    other = LinkError("nvJitLink failed", log="Unresolved extern function 'memcpy_x'")
+    assert undefined_entry(kernel, {}, other) is None
