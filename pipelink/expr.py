@@ -135,7 +135,12 @@ def host_names(text: str | int, *, where: str = "") -> set[str]:
     bound), also refusing what the host could never evaluate, whatever the sizes: a
     contract's own forms (sizeof, pow2_ceil, a choice), a call with the wrong number of
     arguments, and a division by, or a power of, a constant that fails every call."""
-    found = names(text, where=where)
+    try:
+        found = names(text, where=where)
+    except ContractError as exc:
+        # names() hints at a contract's forms (sizeof, pow2_ceil, choices): the very
+        # ones refused below, so a launch says what it takes instead.
+        raise ContractError(exc.message, where=exc.where, hint=_HOST_HINT) from None
     if isinstance(text, int):
         return found
 

@@ -164,6 +164,19 @@ def test_host_names_refuses_what_the_host_cannot_evaluate(text, message):
     assert "r.yaml: launch.bind.a.b" in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ("M +", "cannot parse expression"), ("foo(M)", "unknown function 'foo'"),
+    ("M.real", "'Attribute' is not allowed")])
+def test_host_names_hints_at_launch_forms_only(text, message):
+    """A launch expression that does not parse is told what a launch takes, not the
+    contract's sizeof, pow2_ceil and choices, which it would refuse next."""
+    with pytest.raises(ContractError, match=re.escape(message)) as info:
+        expr.host_names(text, where="r.yaml: launch.grid[0]")
+    assert info.value.where == "r.yaml: launch.grid[0]"
+    assert "min/max/ceil_div/align_up" in info.value.hint
+    assert "sizeof" not in info.value.hint and "pow2_ceil" not in info.value.hint
+
+
 @pytest.mark.parametrize(("text", "names"), [
     ("ceil_div(M, 128) * align_up(N, 8)", {"M", "N"}), ("max(M, 8, K) % N", {"M", "K", "N"}),
     ("M ** 2 // (K - 1)", {"M", "K"}), (7, set())])
