@@ -60,6 +60,7 @@ Value = int | str
 MAX_EXPR_CHARS = 500
 # Largest magnitude of any literal, name or intermediate result: sizes fit 64 bits.
 MAX_MAGNITUDE = 2**64
+MAX_EXPONENT = 64                   # a larger power of any size above 1 leaves 64 bits
 _ALLOWED_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp,
                   ast.Call, ast.USub, ast.UAdd, ast.IfExp, ast.Compare, ast.Eq, ast.NotEq,
                   *_BINOPS)
@@ -172,6 +173,10 @@ def host_names(text: str | int, *, where: str = "") -> set[str]:
             power = constant_part(node.right)
             if power is not None and power < 0:
                 raise fail(f"negative exponent {power} (not an integer power)")
+            if power is not None and power > MAX_EXPONENT:
+                # Any size above 1 overflows 64 bits, and Python would spend minutes
+                # (and gigabytes) on the power before the launch could refuse it.
+                raise fail(f"exponent {power} out of range 0..{MAX_EXPONENT}")
         if divisor is not None and constant_part(divisor) == 0:
             raise fail("division by zero")
     return found
@@ -339,8 +344,8 @@ class _Evaluator(ast.NodeVisitor):
         left, right = self.visit(node.left), self.visit(node.right)
         if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and right == 0:
             raise self.fail("division by zero")
-        if isinstance(node.op, ast.Pow) and (right < 0 or right > 64):
-            raise self.fail(f"exponent {right} out of range 0..64")
+        if isinstance(node.op, ast.Pow) and (right < 0 or right > MAX_EXPONENT):
+            raise self.fail(f"exponent {right} out of range 0..{MAX_EXPONENT}")
         if isinstance(node.op, ast.Pow) and abs(left) > 1 \
                 and (abs(left).bit_length() - 1) * right > MAX_MAGNITUDE.bit_length():
             raise self.fail("value out of the 64-bit range",

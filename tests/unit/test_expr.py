@@ -155,6 +155,7 @@ def test_names_refuses_the_same_syntax_at_load_time(text, message):
     ("M // (2 * 0)", "division by zero"),
     ("M % 0", "division by zero"),
     ("M ** -1", "negative exponent -1"),
+    ("M ** 99999999", "exponent 99999999 out of range 0..64"),
 ])
 def test_host_names_refuses_what_the_host_cannot_evaluate(text, message):
     """A launch expression the runtime would fail on at every call (or never compute)
