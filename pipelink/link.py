@@ -158,17 +158,25 @@ def check_objects(recipe: Recipe, arch: str, objects: dict[str, Path],
 UNRESOLVED = re.compile(r"Unresolved extern function '([A-Za-z0-9_]+)'")
 
 
-def unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
-                        error: LinkError) -> LinkError | None:
-    """nvJitLink's unresolved extern function, when it is one a connected provider owes
-    its interface (a provider written against an older interface, say), as an error
-    naming the component, port and function and the definition to add; None otherwise."""
+def unresolved_symbol(kernel: Kernel, loaded: dict[str, ComponentObject],
+                      error: LinkError) -> LinkError | None:
+    """nvJitLink's unresolved extern function, when a component's object owes it (a
+    function of an interface it provides, or a role's entry or hook), as an error naming
+    the component, instance and what to define; None otherwise."""
     found = UNRESOLVED.search(error.log or "")
     if found is None:
         return None
+    return (_unprovided_function(kernel, loaded, found.group(1))
+            or _undefined_entry(kernel, loaded, found.group(1)))
+
+
+def _unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
+                         symbol: str) -> LinkError | None:
+    """A function a connected provider owes its interface (a provider written against an
+    older interface, say): the definition to add."""
     for inst, provider in sorted(kernel.bound.items()):
         for key, name in provider.functions("out").items():
-            if provider.symbol(name) != found.group(1):
+            if provider.symbol(name) != symbol:
                 continue
             port, fn = key.split(".")
             interface = provider.contract.ports[port].spec["interface"]
@@ -187,20 +195,15 @@ def unprovided_function(kernel: Kernel, loaded: dict[str, ComponentObject],
 _HOOKS = {"init": "init hook", "tail": "tail hook"}
 
 
-def undefined_entry(kernel: Kernel, loaded: dict[str, ComponentObject],
-                    error: LinkError) -> LinkError | None:
-    """nvJitLink's unresolved extern function, when it is a role's entry (or init/tail
-    hook) that the component's object does not define (a misspelt name, or an inline
-    entry that was never emitted), as an error naming the component, instance and role
-    and the definition to write; None otherwise."""
-    found = UNRESOLVED.search(error.log or "")
-    if found is None:
-        return None
+def _undefined_entry(kernel: Kernel, loaded: dict[str, ComponentObject],
+                     symbol: str) -> LinkError | None:
+    """A role's entry (or init/tail hook) the component's object does not define (a
+    misspelt name, or an inline entry that was never emitted): the definition to write."""
     for inst, bound in sorted(kernel.bound.items()):
         for key, name in bound.entries().items():
             role, _, hook = key.partition(".")
             if (role not in bound.contract.roles or hook not in ("", *_HOOKS)
-                    or bound.symbol(name) != found.group(1)):
+                    or bound.symbol(name) != symbol):
                 continue
             what = f"the {_HOOKS[hook]} of role '{role}'" if hook else f"role '{role}'"
             return LinkError(
@@ -400,8 +403,7 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
             try:
                 cubin = cubin_job.result()
             except LinkError as exc:
-                raise (unprovided_function(kernel, loaded, exc)
-                       or undefined_entry(kernel, loaded, exc) or exc) from None
+                raise unresolved_symbol(kernel, loaded, exc) or exc from None
             ptx = ptx_job.result().decode() if ptx_job is not None else None
             timings["nvjitlink"] = time.perf_counter() - t0
             if evidence is not None:

@@ -415,10 +415,13 @@ def verify_folded(ptx: str, kernel: Kernel) -> None:
     for inst, b in kernel.bound.items():
         for e in [*b.entries().values(), *b.functions("in").values()]:
             owners.setdefault(b.symbol(e), set()).add(f"instance '{inst}' ({b.name})")
-    calls = [" ".join(m.group(0).split()) for m in _CALL.finditer(ptx)]
-    calls = [c for c in calls if any(s in owners for s in _TOKEN.findall(c))]
-    who = ", ".join(sorted({o for c in calls for s in _TOKEN.findall(c)
-                            for o in owners.get(s, ())}))
+    calls, called = [], set()
+    for m in _CALL.finditer(ptx):
+        symbols = owners.keys() & set(_TOKEN.findall(m.group(0)))
+        if symbols:
+            calls.append(" ".join(m.group(0).split()))
+            called.update(o for s in symbols for o in owners[s])
+    who = ", ".join(sorted(called))
     loads = [line.strip() for line in ptx.splitlines()
              if re.search(r"\bld\.", line) and re.search(r"\bpl_(at|cvt|work)_", line)]
     if calls or loads:

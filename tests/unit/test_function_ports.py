@@ -161,12 +161,12 @@ def test_a_provider_missing_an_interface_function_is_named():
     alone: nvJitLink's unresolved hashed symbol (its log, as ptxas writes it) becomes
     an error naming the component, port and function, with the definition to add."""
     from pipelink.errors import LinkError
-    from pipelink.link import unprovided_function
+    from pipelink.link import unresolved_symbol
     recipe, bound = bound_for(ROOT / "recipes" / "attn_causal.yaml")
     kernel = check(recipe, "sm_90a", bound)
     symbol = bound["score"].symbol("pl_no_score_score_identity")
     log = f"ptxas fatal   : Unresolved extern function '{symbol}'\nERROR NVJITLINK_ERROR"
-    error = unprovided_function(kernel, {}, LinkError("nvJitLink failed", log=log))
+    error = unresolved_symbol(kernel, {}, LinkError("nvJitLink failed", log=log))
     text = str(error)
     assert "component 'no_score'" in text and "function 'identity'" in text
     assert "port 'score'" in text and "interface 'attn_score'" in text
@@ -174,4 +174,4 @@ def test_a_provider_missing_an_interface_function_is_named():
             "const pl_args_no_score&, const pl::KernelInfo&)") in text
     # Another unresolved name (not a provider's) is left to nvJitLink's own message.
     other = LinkError("nvJitLink failed", log="Unresolved extern function 'memcpy_x'")
-    assert unprovided_function(kernel, {}, other) is None
+    assert unresolved_symbol(kernel, {}, other) is None

@@ -10,7 +10,7 @@ import pytest
 from pipelink.check import Kernel, check
 from pipelink.contract import load_contract
 from pipelink.errors import LinkError
-from pipelink.link import undefined_entry
+from pipelink.link import unresolved_symbol
 from pipelink.recipe import load_recipe
 from pipelink.verify import PtxasReport, parse_ptx, verify_folded
 
@@ -185,11 +185,11 @@ def test_an_entry_the_object_lacks_is_named(tmp_path):
     kernel = _toy_kernel(tmp_path)
     symbol = kernel.bound["reduce"].symbol("pl_row_reduce_reduce")
     log = f"ptxas fatal   : Unresolved extern function '{symbol}'\nERROR NVJITLINK_ERROR"
-    error = undefined_entry(kernel, {}, LinkError("nvJitLink failed", log=log))
+    error = unresolved_symbol(kernel, {}, LinkError("nvJitLink failed", log=log))
     assert error is not None
     text = str(error)
     assert "component 'row_reduce' (instance 'reduce')" in text
     assert "pl_row_reduce_reduce, the entry of role 'reduce'" in text
     assert "__forceinline__" in text
     other = LinkError("nvJitLink failed", log="Unresolved extern function 'memcpy_x'")
-    assert undefined_entry(kernel, {}, other) is None
+    assert unresolved_symbol(kernel, {}, other) is None
