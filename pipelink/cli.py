@@ -123,14 +123,25 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 
 def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])
     from .build import build_objects, default_index
+    from .check import check
+    from .contract import load_contract
     from .link import check_objects
-    from .recipe import load_recipe
+    from .recipe import load_recipe, resolve_components
     recipe = load_recipe(a.recipe)
     build = _folder(Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj"), "--build")
+    index = default_index()
+    views = recipe.select(a.kernel, a.arch).values()
+    # A wiring mistake shows in the contracts' YAML: refuse it before anything compiles,
+    # then check what the objects carry.
+    for view in views:
+        check(view, a.arch, {inst: load_contract(path).bind(
+                                 spec.params, where=view.where(f"instances.{inst}"))
+                             for inst, (spec, path) in
+                             resolve_components(view, a.arch, index).items()})
     kernels = []
-    for view in recipe.select(a.kernel, a.arch).values():
-        objects = build_objects(view, a.arch, default_index(), build)
-        kernels.append(check_objects(view, a.arch, objects, default_index())[0])
+    for view in views:
+        objects = build_objects(view, a.arch, index, build)
+        kernels.append(check_objects(view, a.arch, objects, index)[0])
     return recipe, kernels
 
 

@@ -820,6 +820,12 @@ CLI = [
     Command("cli_check_contract_tab", ("check", RECIPE, *R), ContractError,
             (f"{LOADER}:3:1", "spaces"),
             Case("", PipeLinkError, (), loader="component: loader\narch: [sm_90a]\n\tx: 1\n")),
+    # A wiring mistake is found in the contracts' YAML, before a component compiles: the
+    # build folder stays unwritten (the row's check that no file changed).
+    Command("cli_check_miswired_before_compiling", ("check", RECIPE, *R), CheckError,
+            (f"{RECIPE}: connect[0]", "field 'dtype' differs: e4m3 vs bf16"),
+            Case("", PipeLinkError, (), recipe=put("instances.load", {
+                "component": "loader", "params": {"dtype": "e4m3"}}))),
     Command("cli_check_build_is_a_file", ("check", RECIPE, *R, "--build", "afile"),
             UsageError, ("--build afile is a file, not a folder",), files=(("afile", b"x"),)),
     Command("cli_check_build_inside_a_file", ("check", RECIPE, *R, "--build", "afile/obj"),
