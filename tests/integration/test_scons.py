@@ -138,11 +138,18 @@ def make_tree(tmp_path: Path):
 
 
 def test_help_lists_recipes_archs_and_options(make_tree):
-    run = make_tree("t").scons("-h")
+    tree = make_tree("t")
+    long_name = "a_recipe_whose_name_is_longer_than_most"
+    shutil.copy(tree.recipe(), tree.root / "recipes" / f"{long_name}.yaml")
+    run = tree.scons("-h")
     assert run.rc == 0, run.err
     for word in (RECIPE, "sm_90a", "sm_100a", "recipe:", "arch:", "mode:", "cache:",
                  "VERBOSE:", "dev|mono|release", "PIPELINK_CACHE"):
         assert word in run.out, word
+    # One column of archs, whatever the names' lengths.
+    rows = [line for line in run.out.splitlines() if line.startswith(f"  {RECIPE} ")
+            or line.startswith(f"  {long_name} ")]
+    assert len(rows) == 2 and len({row.index("sm_90a") for row in rows}) == 1, rows
 
 
 def test_dry_run_prints_one_line_per_step_or_full_commands(make_tree):
