@@ -159,10 +159,11 @@ UNRESOLVED = re.compile(r"Unresolved extern function '([A-Za-z0-9_]+)'")
 
 
 def unresolved_symbol(kernel: Kernel, loaded: dict[str, ComponentObject],
-                      error: LinkError) -> LinkError | None:
-    """nvJitLink's unresolved extern function, when a component's object owes it (a
-    function of an interface it provides, or a role's entry or hook), as an error naming
-    the component, instance and what to define; None otherwise."""
+                      error: PipeLinkError) -> LinkError | None:
+    """ptxas's unresolved extern function (from nvJitLink, or nvcc on the monolithic
+    unit), when a component owes it (a function of an interface it provides, or a role's
+    entry or hook), as an error naming the component, instance and what to define; None
+    otherwise."""
     found = UNRESOLVED.search(error.log or "")
     if found is None:
         return None
@@ -375,7 +376,10 @@ def link_kernel(recipe: Recipe, objects: dict[str, Path], out_dir: Path | str,
         if index is None:
             raise LinkError("a monolithic build needs the component sources",
                             hint="pass the component index (components/ folder)")
-        cubin, source = compile_mono(kernel, placement, index, opts, tc, stage_root)
+        try:
+            cubin, source = compile_mono(kernel, placement, index, opts, tc, stage_root)
+        except ToolchainError as exc:
+            raise unresolved_symbol(kernel, loaded, exc) or exc from None
         timings["glue"] = time.perf_counter() - t0
         ptx = None
     else:

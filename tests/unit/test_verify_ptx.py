@@ -9,7 +9,7 @@ import pytest
 
 from pipelink.check import Kernel, check
 from pipelink.contract import load_contract
-from pipelink.errors import LinkError
+from pipelink.errors import LinkError, ToolchainError
 from pipelink.link import unresolved_symbol
 from pipelink.recipe import load_recipe
 from pipelink.verify import PtxasReport, parse_ptx, verify_folded
@@ -179,13 +179,21 @@ def test_folded_code_passes(tmp_path):
     verify_folded(_module("\tcall.uni helper, (%r1);\n\tbar.sync 0;"), _toy_kernel(tmp_path))
 
 
-def test_an_entry_the_object_lacks_is_named(tmp_path):
-    """A misspelt or __forceinline__ entry is never emitted: nvJitLink's unresolved
-    symbol becomes an error naming the component, instance and role."""
+UNRESOLVED_LOGS = {  # ptxas's words, from nvJitLink and from nvcc on the monolithic unit
+    "linked": (LinkError, "ptxas fatal   : Unresolved extern function '{}'\nERROR NVJITLINK_ERROR"),
+    "mono": (ToolchainError, "mono.cu(144): warning #186-D\n"
+                             "ptxas fatal   : Unresolved extern function '{}'"),
+}
+
+
+@pytest.mark.parametrize("mode", UNRESOLVED_LOGS)
+def test_an_entry_the_object_lacks_is_named(tmp_path, mode):
+    """A misspelt entry is never emitted (nor, linked, an inline one): ptxas's
+    unresolved symbol becomes an error naming the component, instance and role."""
     kernel = _toy_kernel(tmp_path)
     symbol = kernel.bound["reduce"].symbol("pl_row_reduce_reduce")
-    log = f"ptxas fatal   : Unresolved extern function '{symbol}'\nERROR NVJITLINK_ERROR"
-    error = unresolved_symbol(kernel, {}, LinkError("nvJitLink failed", log=log))
+    kind, log = UNRESOLVED_LOGS[mode]
+    error = unresolved_symbol(kernel, {}, kind("failed", log=log.format(symbol)))
     assert error is not None
     text = str(error)
     assert "component 'row_reduce' (instance 'reduce')" in text
