@@ -472,8 +472,9 @@ class _Glue:
         w(f"const uint32_t warpgroup = warp / {WARPGROUP_WARPS};")
         for run in runs:
             first, last, regs = run
-            cond = (f"warpgroup == {first}" if first == last
-                    else f"warpgroup >= {first} && warpgroup <= {last}")
+            # (No 'warpgroup >= 0': nvcc warns of an unsigned compared with zero.)
+            lo = f"warpgroup >= {first} && " if first else ""
+            cond = (f"warpgroup == {first}" if first == last else f"{lo}warpgroup <= {last}")
             w.open(f"if ({cond})")
             self.setmaxnreg(regs)
             for index, phase in enumerate(k.phases):
