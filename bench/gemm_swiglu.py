@@ -173,15 +173,16 @@ def bench_shape(ops: dict, baselines: dict, m: int, n: int, k: int, runs: int,  
 def flushed(fns: dict, rep: int = 100, rounds: int = 1) -> dict[str, float] | None:
     """triton.testing.do_bench medians (L2 flushed before each launch) over about
     ``rep`` ms of launches each, or None where triton is missing. With rounds > 1 the
-    variants take turns, round after round, and each gets the median of its rounds'
-    medians: no variant always runs first, on a cooler GPU."""
+    variants take turns, in reverse order every other round, and each gets the median
+    of its rounds' medians: no variant always runs first, on a cooler GPU."""
     try:
         from triton.testing import do_bench
     except ImportError:
         return None
     runs: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+    order = list(fns.items())
+    for r in range(rounds):
+        for name, fn in order if r % 2 == 0 else order[::-1]:
             runs[name].append(do_bench(fn, warmup=25, rep=rep, return_mode="median"))
     return {name: statistics.median(times) for name, times in runs.items()}
 

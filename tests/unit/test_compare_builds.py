@@ -69,3 +69,19 @@ def test_a_case_line_gives_both_ratios_and_fails_on_a_mismatch() -> None:
     assert not cb.summary(_row(0.5), cb.TOLERANCE)[1]
     line, ok = cb.summary(_row(float("nan")), cb.TOLERANCE)     # NaNs apart
     assert not ok and line.endswith("MISMATCH")
+
+
+def test_do_bench_rounds_swap_which_kernel_goes_first(monkeypatch) -> None:
+    """do_bench times one kernel after the other; over rounds each goes first as often,
+    so neither always runs on the hotter GPU."""
+    import types
+
+    from bench.gemm_swiglu import flushed
+    calls: list[str] = []
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = lambda fn, **_: calls.append(fn()) or 1.0
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    times = flushed({"before": lambda: "before", "after": lambda: "after"}, rounds=4)
+    assert times == {"before": 1.0, "after": 1.0}
+    assert calls == ["before", "after", "after", "before"] * 2
