@@ -23,9 +23,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import PipeLinkError
 from .work import accepted_records
+
+if TYPE_CHECKING:
+    from .recipe import ComponentIndex, Recipe
 
 EXIT_USER = 2          # a user mistake: one message, no traceback
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
@@ -121,23 +125,30 @@ def cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
-def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])
-    from .build import build_objects, default_index
+def _check_contracts(view: Recipe, arch: str, index: ComponentIndex) -> None:
+    """One kernel of a recipe checked from its components' contract YAML, before any of
+    them compiles: a wiring mistake costs no compile."""
     from .check import check
     from .contract import load_contract
+    from .recipe import resolve_components
+    bound = {}
+    for inst, (spec, path) in resolve_components(view, arch, index).items():
+        where = view.where(f"instances.{inst}")
+        bound[inst] = load_contract(path).bind(spec.params, where=where)
+    check(view, arch, bound)
+
+
+def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])
+    from .build import build_objects, default_index
     from .link import check_objects
-    from .recipe import load_recipe, resolve_components
+    from .recipe import load_recipe
     recipe = load_recipe(a.recipe)
     build = _folder(Path(a.build or f"build/cli/{a.arch}/{recipe.name}/obj"), "--build")
     index = default_index()
     views = recipe.select(a.kernel, a.arch).values()
-    # A wiring mistake shows in the contracts' YAML: refuse it before anything compiles,
-    # then check what the objects carry.
     for view in views:
-        check(view, a.arch, {inst: load_contract(path).bind(
-                                 spec.params, where=view.where(f"instances.{inst}"))
-                             for inst, (spec, path) in
-                             resolve_components(view, a.arch, index).items()})
+        _check_contracts(view, a.arch, index)
+    # Then what the objects carry: the contracts they were compiled from.
     kernels = []
     for view in views:
         objects = build_objects(view, a.arch, index, build)
