@@ -30,17 +30,24 @@ def object_name(component: str, params_hash: str, arch: str) -> str:
     return f"{component}-{params_hash}.{arch}.o"
 
 
+def bind_components(recipe: Recipe, arch: str, index: ComponentIndex
+                    ) -> dict[str, tuple[BoundContract, Path]]:
+    """instance -> (its component's contract bound to the recipe's params, the contract's
+    path), from the YAML alone: nothing compiles."""
+    return {inst: (load_contract(path).bind(spec.params,
+                                            where=recipe.where(f"instances.{inst}")), path)
+            for inst, (spec, path) in resolve_components(recipe, arch, index).items()}
+
+
 def build_objects(recipe: Recipe, arch: str, index: ComponentIndex,
                   build_dir: Path | str) -> dict[str, Path]:
     """instance -> object path, compiling what is missing or stale."""
     build_dir = Path(build_dir)
     out = {}
-    for inst, (spec, contract_path) in resolve_components(recipe, arch, index).items():
-        bound = load_contract(contract_path).bind(spec.params,
-                                                  where=recipe.where(f"instances.{inst}"))
+    for inst, (bound, contract_path) in bind_components(recipe, arch, index).items():
         path = build_dir / object_name(bound.name, bound.params_hash(), arch)
         if not _fresh(path, contract_path, bound, arch):
-            compile_component(contract_path, spec.params, CompileOptions(arch), path)
+            compile_component(contract_path, bound.params, CompileOptions(arch), path)
         out[inst] = path
     return out
 

@@ -128,14 +128,10 @@ def cmd_inspect(a: argparse.Namespace) -> int:
 def _check_contracts(view: Recipe, arch: str, index: ComponentIndex) -> None:
     """One kernel of a recipe checked from its components' contract YAML, before any of
     them compiles: a wiring mistake costs no compile."""
+    from .build import bind_components
     from .check import check
-    from .contract import load_contract
-    from .recipe import resolve_components
-    bound = {}
-    for inst, (spec, path) in resolve_components(view, arch, index).items():
-        where = view.where(f"instances.{inst}")
-        bound[inst] = load_contract(path).bind(spec.params, where=where)
-    check(view, arch, bound)
+    check(view, arch, {inst: bound for inst, (bound, _) in
+                       bind_components(view, arch, index).items()})
 
 
 def _kernels(a: argparse.Namespace):  # noqa: ANN202  (returns Recipe, [Kernel])

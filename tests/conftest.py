@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+from pipelink.build import bind_components
 from pipelink.check import Kernel, check
 from pipelink.contract import BoundContract, load_contract
-from pipelink.recipe import ComponentIndex, Recipe, load_recipe, resolve_components
+from pipelink.recipe import ComponentIndex, Recipe, load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,11 +154,8 @@ class Tree:
 
     def bind(self, recipe: Recipe, arch: str) -> dict[str, BoundContract]:
         """Each instance's contract with the recipe's params, as objects would carry it."""
-        out = {}
-        for name, (inst, path) in resolve_components(recipe, arch, self.index).items():
-            out[name] = load_contract(path).bind(inst.params,
-                                                 where=recipe.where(f"instances.{name}"))
-        return out
+        return {name: bound for name, (bound, _) in
+                bind_components(recipe, arch, self.index).items()}
 
     def check(self, recipe_path: Path, arch: str = "sm_90a") -> Kernel:
         recipe = load_recipe(recipe_path)
