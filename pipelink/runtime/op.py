@@ -36,6 +36,7 @@ from .spec import H100_HOST_SIZES, LaunchSpec, evaluate
 from .tensors import (
     TMA_ALIGN,
     TensorInfo,
+    address,
     overlaps_itself,
     require_aligned,
     require_cuda,
@@ -283,7 +284,7 @@ class Op:
         if plan.noop:
             return outputs
         values = {**tensors, **outputs}
-        ptrs = [t.data_ptr() for t in values.values()]
+        ptrs = [address(t) for t in values.values()]
         workspace = torch_ops.workspace(self.kernel.workspace_bytes, self._device.index, stream)
         with plan.lock:
             launch = plan.launch or self._first_launch(plan, values)
@@ -489,12 +490,12 @@ class Op:
         output with the inputs and the other outputs (fresh outputs overlap nothing)."""
         values = {**tensors, **given}
         for name, align in plan.aligns:
-            if values[name].data_ptr() % align:
+            if address(values[name]) % align:
                 require_aligned(tensor_info(values[name], f"tensor '{name}'"), align,
                                 f"tensor '{name}'")
         if not given:
             return
-        starts = {n: t.data_ptr() for n, t in values.items()}
+        starts = {n: address(t) for n, t in values.items()}
         for out_name, other in self._must_not_overlap(given):
             if spans_overlap(starts[out_name], plan.spans[out_name], starts[other],
                              plan.spans[other]):
@@ -541,7 +542,7 @@ class Op:
         """The layout's launch, packed and checked in full from its first call's tensors
         (``values``: inputs, then outputs, in the order every call of the plan uses)."""
         launch = self.kernel.prepare(plan.grid, self._bound(plan, values))
-        ptrs = [t.data_ptr() for t in values.values()]
+        ptrs = [address(t) for t in values.values()]
         slots = self._slots(values)
         plan.moves = tuple((position, launch.mover(name)) for position, name in slots)
         plan.addresses = [ptrs[position] for position, _ in slots]
@@ -566,8 +567,14 @@ class PreparedCall:
 
 
 def _layout(t: Any) -> tuple:
-    """A tensor's layout as the plans key it (the cached path builds the same key)."""
+    """A tensor's layout as the plans key it (the cached path builds the same key for
+    PyTorch tensors). Never an object's id: a freed array's id comes back with another
+    array, which would find the freed one's plan (its grid, its tensor maps' shapes)."""
     try:
         return (type(t), t.shape, t.stride(), t.dtype, t.get_device())
     except (AttributeError, TypeError):
-        return (type(t).__name__, id(t))
+        cai = getattr(t, "__cuda_array_interface__", None)
+        if cai is None:
+            return (type(t).__name__,)        # no plan is made for it: tensor_info refuses it
+        return (type(t).__name__, tuple(cai["shape"]), tuple(cai.get("strides") or ()),
+                cai["typestr"])

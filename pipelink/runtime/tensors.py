@@ -85,6 +85,13 @@ def tensor_info(obj: Any, what: str, expected: str | None = None) -> TensorInfo:
     return TensorInfo(cai["data"][0], shape, strides, dtype, True, device_type="cuda")
 
 
+def address(obj: Any) -> int:
+    """The device address of a PyTorch tensor or a __cuda_array_interface__ object."""
+    if hasattr(obj, "data_ptr"):
+        return obj.data_ptr()
+    return obj.__cuda_array_interface__["data"][0]
+
+
 def require_cuda(info: TensorInfo, what: str) -> None:
     """Refuses a tensor a kernel cannot read, saying where it is instead: a meta tensor
     (a shape with no data) is told apart from one on the CPU or another device."""

@@ -558,9 +558,36 @@ def test_an_out_whose_elements_share_memory_is_refused(strides):
     different CTAs: the result would depend on their order."""
     op = _tma_out_op()
     x, w = _DeviceArray((256, 64)), _DeviceArray((128, 64), ptr=0x80000)
-    assert op._plan({"x": x, "w": w}, {"y": _DeviceArray((256, 128), ptr=0x100000)}, ())
+    dense = _DeviceArray((256, 128), ptr=0x100000)
+    assert op._plan({"x": x, "w": w}, {"y": dense}, ())
     with pytest.raises(RuntimeLaunchError, match=r"out 'y' has strides .* share memory"):
         op._plan({"x": x, "w": w}, {"y": _DeviceArray((256, 128), strides, 0x100000)}, ())
+
+
+def test_an_array_finds_the_plan_of_its_layout_not_of_its_identity():
+    """Plans are keyed by layout: an array object that comes back with another shape (as
+    a freed array's id comes back with the next one) gets its own plan and checks, not
+    the plan its id had."""
+    op = _tma_out_op()
+    x, w = _DeviceArray((256, 64)), _DeviceArray((128, 64), ptr=0x80000)
+    y = _DeviceArray((256, 128), ptr=0x100000)
+    first = op._plan({"x": x, "w": w}, {"y": y}, ())
+    assert op._plan({"x": _DeviceArray((256, 64)), "w": w}, {"y": y}, ()) is first
+    x.__cuda_array_interface__ = _DeviceArray((512, 64)).__cuda_array_interface__
+    with pytest.raises(RuntimeLaunchError, match=r"out 'y' is f16 \[256, 128\], the kernel "
+                                                 r"writes f16 \[512, 128\]"):
+        op._plan({"x": x, "w": w}, {"y": y}, ())
+
+
+def test_a_misaligned_array_is_refused_by_its_address():
+    """__cuda_array_interface__ arrays have no data_ptr(): the address checks read the
+    interface's, and a tensor map's 16 bytes are asked of it as of a PyTorch tensor."""
+    op = _tma_out_op()
+    x, w = _DeviceArray((256, 64)), _DeviceArray((128, 64), ptr=0x80000)
+    given = {"y": _DeviceArray((256, 128), ptr=0x100008)}
+    plan = op._plan({"x": x, "w": w}, given, ())
+    with pytest.raises(RuntimeLaunchError, match="8 bytes past a 16-byte boundary"):
+        op._check_addresses(plan, {"x": x, "w": w}, given)
 
 
 @pytest.mark.parametrize("inputs,needle", [
