@@ -46,6 +46,11 @@ from .tensors import (
     tensor_info,
 )
 
+# Plans an op keeps, one per layout of its arguments, the oldest dropped first: a model
+# whose shapes vary (packed documents of another total length every batch) would keep
+# every plan it ever made. A layout that comes back is planned (checked, packed) again.
+MAX_PLANS = 256
+
 
 @dataclass
 class Plan:
@@ -408,6 +413,8 @@ class Op:
             key += (values,)
         plan = self._plans.get(key)
         if plan is None:
+            if len(self._plans) >= MAX_PLANS:                     # the oldest goes
+                self._plans.pop(next(iter(self._plans)), None)
             plan = self._plans[key] = self._make_plan(tensors, given, values)
         return plan
 

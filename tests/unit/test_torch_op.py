@@ -13,6 +13,7 @@ import torch
 
 from pipelink.errors import RuntimeLaunchError
 from pipelink.runtime import Op
+from pipelink.runtime.op import MAX_PLANS
 from pipelink.runtime.torch_ops import op_name, schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -577,6 +578,25 @@ def test_an_array_finds_the_plan_of_its_layout_not_of_its_identity():
     with pytest.raises(RuntimeLaunchError, match=r"out 'y' is f16 \[256, 128\], the kernel "
                                                  r"writes f16 \[512, 128\]"):
         op._plan({"x": x, "w": w}, {"y": y}, ())
+
+
+def test_an_op_keeps_a_bounded_number_of_plans_the_oldest_dropped_first():
+    """One plan per layout: a model whose shapes change every batch would otherwise keep
+    every plan it met. The oldest goes; its layout is planned again when it comes back."""
+    op = _tma_out_op()
+    w = _DeviceArray((128, 64), ptr=0x80000)
+
+    def plan(rows: int):  # noqa: ANN202
+        return op._plan({"x": _DeviceArray((rows, 64)), "w": w}, {}, ())
+
+    first = plan(64)
+    for rows in range(65, 64 + MAX_PLANS):
+        plan(rows)
+    assert len(op._plans) == MAX_PLANS and plan(64) is first
+    plan(64 + MAX_PLANS)                        # one more layout: the oldest goes
+    assert len(op._plans) == MAX_PLANS
+    again = plan(64)
+    assert again is not first and again.grid == first.grid
 
 
 def test_a_misaligned_array_is_refused_by_its_address():
