@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import RuntimeLaunchError, did_you_mean
 from . import torch_ops
 from .kernel import MISSING, refused
-from .op import Op
+from .op import MAX_PLANS, Op
 from .spec import LaunchSpec, condition
 
 KERNELS_JSON = "kernels.json"
@@ -267,6 +267,8 @@ class KernelSet:
         key = (*shapes, scalars)
         op = self._chosen.get(key)
         if op is None:
+            if len(self._chosen) >= MAX_PLANS:          # as an op's plans: the oldest goes
+                self._chosen.pop(next(iter(self._chosen)), None)
             op = self._chosen[key] = self._first_that_holds(spec, shapes, scalars)
         return op
 

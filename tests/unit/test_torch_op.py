@@ -189,6 +189,11 @@ def test_a_dispatching_set_runs_the_kernel_its_sizes_select():
     assert ks.choose(vector, b) is ks.kernels["tall"]
     with pytest.raises(RuntimeLaunchError, match="input 'a' has 1 dimensions"):
         ks(vector, b)
+    for m in range(1, MAX_PLANS + 8):                # choices kept as plans are: bounded
+        ks.choose(torch.empty(m, 64, dtype=torch.bfloat16, device="meta"), b)
+    assert len(ks._chosen) == MAX_PLANS
+    assert ks.choose(torch.empty(600, 64, dtype=torch.bfloat16, device="meta"),
+                     b) is ks.kernels["wide"]
 
 
 def _auto_kernel(m: int, n: int, sms: int, arch: str) -> str:
