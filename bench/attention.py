@@ -9,8 +9,7 @@ from shuffled 64-token pages, which the baselines gather first (timed with them)
 
     python -m tests.gpu.build attn_causal attn_dense attn_sliding attn_block_sparse \
         attn_document attn_document_ids attn_paged attn_causal_d64 attn_dense_d64 \
-        attn_sliding_d64 attn_block_sparse_d64 attn_paged_d64 attn_causal_d64_q192 \
-        attn_dense_d64_q192                                      # build machine
+        attn_sliding_d64 attn_block_sparse_d64 attn_paged_d64    # build machine
     python bench/attention.py --json bench/attention.json        # GPU machine
     python bench/attention.py --report bench/attention.json      # RESULTS.md section
 
@@ -51,14 +50,12 @@ SHAPES = {128: [(4, 16, 4096, 128), (1, 16, 16384, 128)], 64: [(8, 16, 2048, 64)
 WINDOW = 1024
 RECIPES = ("attn_causal", "attn_dense", "attn_sliding", "attn_block_sparse", "attn_document",
            "attn_document_ids", "attn_paged", "attn_softcap", "attn_alibi", "attn_causal_d64",
-           "attn_dense_d64", "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64",
-           "attn_causal_d64_q192", "attn_dense_d64_q192")
+           "attn_dense_d64", "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64")
 # Causal with a score modifier: SDPA has none (ALiBi only as an [H, S, S] bias tensor),
 # so FlexAttention's score_mod is both the baseline and the reference.
 SCORED = ("attn_softcap", "attn_alibi")
 SOFTCAP = 30.0
 HEAD_DIM_64 = "_d64"    # in the name of a recipe built at head dim 64
-QUERY_TILE_192 = "_q192"   # the suffix of one whose forward takes 192-row query tiles
 # Packed documents: by offsets (rows without a batch), or by an id per token (B = 1).
 DOCUMENTS = ("attn_document", "attn_document_ids")
 
@@ -69,7 +66,7 @@ def shapes_of(recipe: str) -> list[tuple[int, int, int, int]]:
 
 def mask_recipe(recipe: str) -> str:
     """The head-dim-128 recipe whose mask (and baselines) a recipe shares."""
-    return recipe.removesuffix(QUERY_TILE_192).replace(HEAD_DIM_64, "")
+    return recipe.replace(HEAD_DIM_64, "")
 PAGE = 64   # attn_paged's cache: 64-token pages in shuffled blocks
 
 

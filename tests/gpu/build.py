@@ -25,8 +25,7 @@ DEFAULT = ["pipeline_demo", "gemm", "gemm_auto", "gemm_swiglu_auto", "gemm_strea
            "attn_sliding", "attn_document", "attn_block_sparse", "attn_paged",
            "attn_causal_deterministic", "attn_causal_d64", "attn_dense_d64",
            "attn_causal_d64_deterministic", "attn_sliding_d64", "attn_block_sparse_d64",
-           "attn_paged_d64", "attn_document_d64", "attn_cp_ring", "attn_document_ids",
-           "attn_causal_d64_q192", "attn_dense_d64_q192"]
+           "attn_paged_d64", "attn_document_d64", "attn_cp_ring", "attn_document_ids"]
 
 # Also linked with phase clocks into <out>/phases/ (bench: where the time goes).
 PHASE_CLOCKED = {"mlp", "moe_train", "attn_causal", "attn_dense", "attn_sliding",

@@ -26,10 +26,11 @@ ATTENTION = ("attn_causal", "attn_dense", "attn_softcap", "attn_alibi", "attn_sl
 # Recipes built at head dim 64 (their own core objects); every other one is at 128.
 HEAD_DIM_64 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
                "attn_sliding_d64", "attn_block_sparse_d64", "attn_paged_d64",
-               "attn_document_d64", "attn_causal_d64_q192", "attn_dense_d64_q192")
+               "attn_document_d64")
 # Of those, the ones whose forward takes 192-row query tiles (q_tile: three consumer
 # warpgroups); the others take 128, as at head dim 128.
-QUERY_TILE_192 = ("attn_causal_d64_q192", "attn_dense_d64_q192")
+QUERY_TILE_192 = ("attn_causal_d64", "attn_dense_d64", "attn_causal_d64_deterministic",
+                  "attn_paged_d64")
 
 
 def head_dim(recipe: str) -> int:
@@ -38,7 +39,7 @@ def head_dim(recipe: str) -> int:
 
 def mask_of(recipe: str) -> str:
     """The reference mask a recipe shares with its head-dim-128 original."""
-    return recipe.removesuffix("_q192").removesuffix("_deterministic").removesuffix("_d64")
+    return recipe.removesuffix("_deterministic").removesuffix("_d64")
 
 
 WINDOW = 1024   # attn_sliding: window_mask left 1024, right 0
@@ -100,16 +101,14 @@ CASES = [  # recipe, B, S, H, HKV
     ("attn_alibi", 1, 300, 16, 4),
     ("attn_sliding", 1, 2500, 2, 1),    # windows that start mid-tile, full tiles between
     ("attn_sliding", 2, 1100, 2, 2),
-    ("attn_causal_d64", 2, 1000, 4, 2),
-    ("attn_causal_d64", 1, 77, 2, 1),
+    ("attn_causal_d64", 2, 1000, 4, 2),     # 192-row query tiles: 5 and a partial one
+    ("attn_causal_d64", 1, 2048, 2, 2),     # 10 whole 192-row tiles and one of 128
+    ("attn_causal_d64", 2, 384, 4, 4),      # whole 192-row tiles only
+    ("attn_causal_d64", 1, 193, 2, 1),      # a last tile of one row, MQA
+    ("attn_causal_d64", 1, 77, 2, 1),       # one partial tile
     ("attn_dense_d64", 1, 333, 2, 2),
-    ("attn_causal_d64_q192", 2, 1000, 4, 2),    # 192-row query tiles: 5 and a partial one
-    ("attn_causal_d64_q192", 1, 2048, 2, 2),    # 10 whole 192-row tiles and one of 128
-    ("attn_causal_d64_q192", 2, 384, 4, 4),     # whole 192-row tiles only
-    ("attn_causal_d64_q192", 1, 193, 2, 1),     # a last tile of one row, MQA
-    ("attn_causal_d64_q192", 1, 77, 2, 1),      # one partial tile
-    ("attn_dense_d64_q192", 2, 1000, 6, 2),     # GQA, a partial last tile
-    ("attn_dense_d64_q192", 1, 2048, 2, 1),
+    ("attn_dense_d64", 2, 1000, 6, 2),      # GQA, a partial last tile
+    ("attn_dense_d64", 1, 2048, 2, 1),
     ("attn_sliding_d64", 1, 2500, 2, 1),
 ]
 
@@ -132,8 +131,7 @@ def test_attention_matches_pytorch(build_dir, mode, recipe, b, s, h, hkv):
 
 
 @pytest.mark.parametrize("mode", ["sm_90a", "mono"])
-@pytest.mark.parametrize("recipe", ["attn_causal", "attn_dense", "attn_causal_d64",
-                                    "attn_causal_d64_q192"])
+@pytest.mark.parametrize("recipe", ["attn_causal", "attn_dense", "attn_causal_d64"])
 def test_row_maxima_that_climb_tile_after_tile(build_dir, mode, recipe):
     """Keys whose size grows along the sequence raise each row's max tile after tile, by
     a factor of e^1 to e^10 (random inputs barely move it after the first tile): O's

@@ -1,6 +1,6 @@
 """The attention forward's 192-row query tiles on sm_90a, with real nvcc and nvJitLink
 (no GPU): attn_fwd_core refuses a query tile its warpgroups cannot split or whose
-registers do not fit, naming what to change; attn_causal_d64_q192's forward links three
+registers do not fit, naming what to change; attn_causal_d64's forward links three
 consumer warpgroups of 160 registers beside a 32-register producer without a spill,
 and the setmaxnreg values in its SASS are those."""
 
@@ -41,7 +41,7 @@ def test_a_query_tile_the_core_cannot_take_is_refused_at_build_time(tmp_path, pa
 def test_the_d64_forward_links_three_consumer_warpgroups_without_spills(link_repo_kernel):
     """The link's own check refuses a spill; the SASS shows no local memory either, and
     the producer warpgroup gives back to 32 what the consumers take up to 160."""
-    result = link_repo_kernel("attn_causal_d64_q192", "sm_90a", kernel="forward")
+    result = link_repo_kernel("attn_causal_d64", "sm_90a", kernel="forward")
     placement = result.placement
     assert placement.threads == (CONSUMER_WARPGROUPS + 1) * WARPGROUP_THREADS
     assert placement.warpgroup_regs == (PRODUCER_REGISTERS,) + \

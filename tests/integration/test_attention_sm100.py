@@ -30,13 +30,12 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 # recipe -> its forward's store on sm_90a and on sm_100a
 STORES = {name: ("attn_store_epilogue", "attn_row_store_epilogue")
           for name in ("attn_causal", "attn_dense", "attn_sliding", "attn_softcap",
-                       "attn_alibi", "attn_block_sparse", "attn_paged", "attn_causal_d64",
-                       "attn_causal_d64_q192")}
+                       "attn_alibi", "attn_block_sparse", "attn_paged", "attn_causal_d64")}
 STORES["attn_document"] = STORES["attn_document_d64"] = ("grouped_store_epilogue",
                                                          "grouped_row_store_epilogue")
 TILE_N = 128                    # the recipes' key tile
 TILE_M_SM100 = 128              # attn_fwd_umma_core's query tile: M = 128
-QUERY_TILES_SM90 = {"attn_causal_d64_q192": 192}   # other than 128 (attn_causal's q_tile)
+QUERY_TILES_SM90 = {"attn_causal_d64": 192}   # other than 128 (attn_causal's q_tile)
 MMA_K = 16                      # one tcgen05.mma: K = 16 (bf16)
 HEAD_DIMS = {"attn_causal": 128, "attn_causal_d64": 64, "attn_document": 128}
 
@@ -60,7 +59,7 @@ def test_forward_picks_the_tcgen05_core_on_sm100(name):
                                                                        "attn_fwd_umma_core")
     assert (hopper["store"].component, blackwell["store"].component) == STORES[name]
     # The same core params but the query tile: 192 rows (three consumer warpgroups) in
-    # attn_causal_d64_q192 on sm_90a, 128 (Tensor Memory's lanes) on sm_100a.
+    # attn_causal_d64 on sm_90a, 128 (Tensor Memory's lanes) on sm_100a.
     assert {**hopper["core"].params, "tile_m": 128} == blackwell["core"].params
     assert hopper["core"].params["tile_m"] == QUERY_TILES_SM90.get(name, TILE_M_SM100)
     # Everything but the core and its store is the same component on both archs.

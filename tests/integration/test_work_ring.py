@@ -139,7 +139,7 @@ def test_gemm_linked_and_monolithic_sass_are_identical(gemm):
 
 @pytest.mark.parametrize("name,kernel,exps", [("attn_causal", "forward", 64),
                                               # Three consumer warpgroups (192 rows).
-                                              ("attn_causal_d64_q192", "forward", 64),
+                                              ("attn_causal_d64", "forward", 64),
                                               ("attn_causal", "backward", 32),
                                               ("attn_causal_d64", "backward", 32),
                                               ("attn_block_sparse", "forward", 64),

@@ -1,6 +1,6 @@
 """The attention forward's query tile on sm_90a: attn_fwd_core runs a consumer
 warpgroup per 64 query rows, three (192-row tiles) in the head-dim-64 recipes that set
-q_tile 192 (attn_causal_d64_q192, attn_dense_d64_q192), two elsewhere. Its scheduler,
+q_tile 192 (causal, dense, paged and deterministic), two elsewhere. Its scheduler,
 loader and store take the same tile; the three consumer warpgroups get 160 registers
 each beside a 32-register producer, which fills the register file (beside two the
 producer keeps 40); sm_100a keeps 128-row tiles. Nothing here compiles: the real
@@ -58,16 +58,16 @@ def test_the_producer_gives_the_third_consumer_warpgroup_its_registers(loader, t
                       "roles.producer.registers") == registers
 
 
-# recipe -> its forward's query tile on sm_90a (192 where q_tile says so: the _q192
-# recipes; block-sparse stays on the BlockMask's 128-row blocks whatever q_tile says).
+# recipe -> its forward's query tile on sm_90a (192 where q_tile says so: the head-dim-64
+# causal, dense, paged and deterministic recipes; block-sparse stays on the BlockMask's
+# 128-row blocks whatever q_tile says).
 QUERY_TILES = {"attn_causal": 128, "attn_dense": 128, "attn_paged": 128,
                "attn_sliding": 128, "attn_document": 128, "attn_document_ids": 128,
                "attn_block_sparse": 128, "attn_softcap": 128, "attn_alibi": 128,
                "attn_causal_deterministic": 128, "attn_cp_ring": 128,
-               "attn_causal_d64": 128, "attn_dense_d64": 128, "attn_paged_d64": 128,
-               "attn_causal_d64_deterministic": 128, "attn_sliding_d64": 128,
-               "attn_block_sparse_d64": 128, "attn_document_d64": 128,
-               "attn_causal_d64_q192": 192, "attn_dense_d64_q192": 192}
+               "attn_causal_d64": 192, "attn_dense_d64": 192, "attn_paged_d64": 192,
+               "attn_causal_d64_deterministic": 192, "attn_sliding_d64": 128,
+               "attn_block_sparse_d64": 128, "attn_document_d64": 128}
 
 
 def test_every_attention_recipe_is_in_the_table():
@@ -88,8 +88,8 @@ def test_the_forward_takes_one_query_tile(name):
                 dict.fromkeys(TILED, tile), (kernel, arch)
 
 
-@pytest.mark.parametrize("name", ["attn_causal", "attn_causal_d64", "attn_paged_d64",
-                                  "attn_causal_d64_q192", "attn_dense_d64_q192"])
+@pytest.mark.parametrize("name", ["attn_causal", "attn_sliding_d64", "attn_causal_d64",
+                                  "attn_dense_d64", "attn_paged_d64"])
 def test_the_forward_places_a_consumer_warpgroup_per_64_query_rows(name):
     """Three consumer warpgroups of 160 registers and a 32-register producer warpgroup
     fill the 64K register file (4 x 128 threads x 128 at launch); two get 232 each.
@@ -119,8 +119,8 @@ def test_the_core_places_turn_c_for_a_third_warpgroup_only(tile_m, placed):
     assert tuple(bound.named_barriers()) == placed
 
 
-@pytest.mark.parametrize("name,store", [("attn_causal", 3), ("attn_dense_d64", 3),
-                                        ("attn_causal_d64_q192", 4)])
+@pytest.mark.parametrize("name,store", [("attn_causal", 3), ("attn_sliding_d64", 3),
+                                        ("attn_dense_d64", 4)])
 def test_the_store_barrier_follows_the_placed_turns(name, store):
     """The ids the forwards measured on the GPU: the store's barrier after two turn
     barriers (three with 192-row tiles)."""

@@ -42,7 +42,7 @@ def test_one_constant_sets_every_instance_and_check(name, head_dim, buffers):
 
 # recipe -> the instances of its forward, beyond the head-dim ones, that build objects
 # of their own on sm_90a: a 192-row query tile gives the scheduler its own.
-OWN_FORWARD_SM90 = {"attn_causal_d64": (), "attn_causal_d64_q192": ("sched",)}
+OWN_FORWARD_SM90 = {"attn_causal_d64": ("sched",)}
 
 
 @pytest.mark.parametrize("name", sorted(OWN_FORWARD_SM90))
