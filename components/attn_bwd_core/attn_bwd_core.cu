@@ -105,24 +105,46 @@ struct StepTile {
 
 // A step's query statistics (base-2 LSE and delta of its tile_q queries,
 // pl::attn::stats_index: written by attn_bwd_prep in this launch, so read through L2)
-// go to the warpgroup's own shared buffer, one float per thread of the warpgroup: loaded
-// early, stored before the barrier that publishes them (ordinary loads and stores). A
-// query past the sequence gets LSE +inf and delta 0 (P = 0).
+// go to each warpgroup's own shared buffer, float `index` of the step at `index` * 4
+// (ordinary loads and stores). A query past the sequence gets LSE +inf and delta 0
+// (P = 0). During each step a warpgroup stages the next step's: early, under the step's
+// GEMMs, with contiguous query tiles and no score modifier; late otherwise (a BlockMask's
+// mapping and a modifier's per-element work leave no registers for an early load), and
+// a late L2 load beside dQ's reductions outlasts most of a step. So with contiguous
+// tiles and a modifier the dq_writer warp stages every step's after a record's first two
+// (below), and the consumers' loop loads nothing from global memory. Not in the
+// deterministic order: there the writer is the slower side (its adds wait their turn)
+// and its stores would lengthen every turn of the chain. (Staged by the writer, the
+// causal backward without a modifier ran 0.97x-1.01x the early load, its deterministic
+// order 0.90x-0.95x, on an H100.)
 __device__ __forceinline__ float load_stat(const pl_args_attn_bwd_core& args,
                                            const pl::WorkTile& tile, pl::attn::QueryStep qs,
-                                           uint32_t thread) {
-  const uint32_t kind = thread / kTileQ;            // kLseRow, then kDeltaRow
-  const int32_t q = qs.q_tile * int32_t(kTileQ) + int32_t(thread % kTileQ);
-  if (thread >= kStatsFloats) return 0.0f;
+                                           uint32_t index) {
+  const uint32_t kind = index / kTileQ;             // kLseRow, then kDeltaRow
+  const int32_t q = qs.q_tile * int32_t(kTileQ) + int32_t(index % kTileQ);
+  if (index >= kStatsFloats) return 0.0f;
   if (q >= tile.m_end - tile.m_offset) return kind == pl::attn::kLseRow ? kInf : 0.0f;
   return __ldcg(args.stats + pl::attn::stats_index(uint32_t(qs.head), kind, args.rows,
                                                    tile.m_offset + q));
 }
 
-__device__ __forceinline__ void store_stat(uint32_t buffer, float value, uint32_t thread) {
-  if (thread < kStatsFloats) {
-    pl::st_shared_f32(buffer + thread * uint32_t(sizeof(float)), value);
+__device__ __forceinline__ void store_stat(uint32_t buffer, float value, uint32_t index) {
+  if (index < kStatsFloats) {
+    pl::st_shared_f32(buffer + index * uint32_t(sizeof(float)), value);
   }
+}
+
+// Whether the dq_writer warp stages the statistics of a record's later steps (above).
+__device__ __forceinline__ bool writer_stages(const pl::KernelInfo& k,
+                                              const pl_args_attn_bwd_core& args) {
+  return pl_attn_bwd_core_q_tiles_contiguous(k) && !pl_attn_bwd_core_score_identity(k) &&
+         args.deterministic == 0;
+}
+
+// Warpgroup g's statistics buffer of its record's n-th step (two in turn).
+__device__ __forceinline__ uint32_t stats_buffer(const pl_place_attn_bwd_core& at,
+                                                 uint32_t warpgroup, uint32_t n) {
+  return at.smem.stats + (warpgroup * kDsBuffers + n % kDsBuffers) * kStatsBytes;
 }
 
 // Two adjacent floats of a statistics row in shared memory.
@@ -491,7 +513,6 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
   // for no one and the two drift apart, one's softmax under the other's GEMMs.
   const uint32_t publish = kDqByKeys ? own : at.bar.ds_ready;
   const uint32_t publish_threads = kDqByKeys ? pl::kWarpgroupThreads : kThreads;
-  const uint32_t stats = at.smem.stats + warpgroup * kDsBuffers * kStatsBytes;
   const int32_t len = tile.m_end - tile.m_offset;
   const int32_t kv_first = tile.m_block * int32_t(kTileN) + int32_t(first_key);
 #pragma unroll
@@ -510,17 +531,23 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
                                pl_attn_bwd_core_q_tiles_q_tile(k, tile, slot.head, slot.q_tile)};
   };
   pl::attn::QueryStep slot = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
-  // Mapped slots (a BlockMask's) are mapped once, a step ahead, and the tile carried;
-  // their next statistics are loaded late. At head dim 128 the mapping's loads and
-  // addresses do not fit beside a step's registers otherwise.
+  // Mapped slots (a BlockMask's) are mapped once, a step ahead, and the tile carried.
+  // At head dim 128 the mapping's loads and addresses do not fit beside a step's
+  // registers otherwise.
   const bool contiguous = pl_attn_bwd_core_q_tiles_contiguous(k);   // a constant after LTO
-  // A score modifier's per-element work does not fit beside an early load either.
   const bool identity = pl_attn_bwd_core_score_identity(k);         // likewise
-  const bool early = contiguous && identity;
   int32_t mapped_tile = placed(slot).q_tile;
-  // The first step's statistics; each step stages the next one's before its barrier.
+  // The first step's statistics, and the second's where the writer stages the later
+  // steps'; otherwise each step stages the next one's, early where it can (load_stat).
+  const bool staged_by_writer = writer_stages(k, args);
+  const bool early = contiguous && identity;
   if (tile.k_tiles() > 0) {
-    store_stat(stats, load_stat(args, tile, {slot.head, mapped_tile}, local), local);
+    const bool second = staged_by_writer && tile.k_begin + 1 < tile.k_end;
+    const float first_stat = load_stat(args, tile, {slot.head, mapped_tile}, local);
+    const float second_stat = second ? load_stat(args, tile, placed(walk.next(slot)), local)
+                                     : 0.0f;
+    store_stat(stats_buffer(at, warpgroup, 0), first_stat, local);
+    if (second) store_stat(stats_buffer(at, warpgroup, 1), second_stat, local);
     pl::named_sync(publish, publish_threads);
   }
   uint32_t n = 0;
@@ -535,7 +562,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     // across the loop they would cost registers the softmax has none of.)
     pl::consumer_wait(at.port.q, st.q);
     pl::consumer_wait(at.port.d_o, st.d_o);
-    const uint32_t stats_stage = stats + (n % kDsBuffers) * kStatsBytes;
+    const uint32_t stats_stage = stats_buffer(at, warpgroup, n);
     const uint32_t q_stage = pl::stage_offset(at.port.q, st.q);
     const uint32_t do_stage = pl::stage_offset(at.port.d_o, st.d_o);
     // K and V stay for the whole record: without this the compiler keeps their 24
@@ -548,9 +575,9 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     if (identity) {
       issue_scores<kTileQ>(s, dp, k_here, v_here, q_stage, do_stage, first_key);
     }
-    const bool more = step + 1 < tile.k_end;      // the next step's statistics, early
-    const float early_stat = more && early ? load_stat(args, tile, placed(next_slot), local)
-                                           : 0.0f;
+    const bool stage_next = !staged_by_writer && step + 1 < tile.k_end;
+    float early_stat = 0.0f;
+    if (early && stage_next) early_stat = load_stat(args, tile, placed(next_slot), local);
     if (identity) {
       pl::wgmma::wait<1>();
       pl::wgmma::fence_operands(s);
@@ -565,15 +592,14 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
       modified_step(dk, dv, StepTiles{k_here, v_here, q_stage, do_stage}, k, stats_stage, f,
                     t, qs, tile.group, first_key, at.smem.ds + (n % kDsBuffers) * kDsBytes);
     }
-    if (more) {
-      const float next_stat = early ? early_stat
-                                    : load_stat(args, tile, placed(next_slot), local);
-      store_stat(stats + ((n + 1) % kDsBuffers) * kStatsBytes, next_stat, local);
+    if (!staged_by_writer && step + 1 < tile.k_end) {
+      store_stat(stats_buffer(at, warpgroup, n + 1),
+                 early ? early_stat : load_stat(args, tile, placed(next_slot), local), local);
     }
-    // dS^T (and the next step's statistics) in shared memory before any reads them:
+    // dS^T (and a BlockMask's next statistics) in shared memory before any reads them:
     // every warpgroup's, or with kDqByKeys the warpgroup's own. Two buffers of each in
-    // turn: a warpgroup reaches step n's barrier only after it is done with step
-    // n - 1's, so step n + 1's writes never meet step n - 1's reads.
+    // turn: a warpgroup reaches step n's barrier only after it is done with step n - 1's,
+    // so step n + 1's writes never meet step n - 1's reads.
     const uint32_t ds_buffer = at.smem.ds + (n % kDsBuffers) * kDsBytes;
     if (identity) store_score_grads(ds_buffer, ds_frag, f, first_key);
     pl::fence_proxy_async_smem();
@@ -600,7 +626,7 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     stage_query_grads(dq, at.smem.dq_staging + warpgroup * kDqStagingBytes, f);
     pl::fence_proxy_async_smem();
     pl::named_arrive(dq_handoff.full, kHandoffThreads);
-    if (more && !contiguous) mapped_tile = placed(next_slot).q_tile;
+    if (step + 1 < tile.k_end && !contiguous) mapped_tile = placed(next_slot).q_tile;
     slot = next_slot;
   }
   // The last step's buffers are done with (by every warpgroup that reads them) before
@@ -634,17 +660,38 @@ extern "C" __device__ void pl_attn_bwd_core_dq_writer_init(const pl_place_attn_b
 // order; per step and warpgroup, its staged dQ added to dq_accum from the step's first
 // row (rows past the map clip; rows past the sequence within it are dQ's zero rows), in
 // key-tile order where deterministic (contiguous query tiles only, as the turns count).
+// Where writer_stages, also the statistics of the step two ahead: loaded at the top of the
+// step and stored into a warpgroup's buffer once it has handed over this step's dQ, so is
+// done with this step's statistics, whose buffer they take; the warpgroup reads them
+// after the next step's empty barrier. They are stored after the step's adds are issued
+// and waited for, whose waits cover the loads' latency: where the writer is the slower
+// side, a store before the adds holds the consumers up by it.
 extern "C" __device__ void pl_attn_bwd_core_dq_writer(const pl_place_attn_bwd_core& at,
                                                       const pl_args_attn_bwd_core& args,
                                                       const pl::KernelInfo& k,
                                                       const pl::WorkTile& tile,
                                                       pl_state_attn_bwd_core_dq_writer&) {
-  const bool issuer = pl::lane() == 0;
-  const bool in_turn = pl_attn_bwd_core_q_tiles_contiguous(k) && args.deterministic != 0;
+  constexpr uint32_t kStatsPerLane = kStatsFloats / pl::kWarpThreads;
+  static_assert(kStatsFloats % pl::kWarpThreads == 0, "the warp stages whole statistics");
+  const uint32_t lane = pl::lane();
+  const bool issuer = lane == 0;
+  const bool contiguous = pl_attn_bwd_core_q_tiles_contiguous(k);   // a constant after LTO
+  const bool in_turn = contiguous && args.deterministic != 0;
+  const bool staged_by_writer = writer_stages(k, args);
   const pl::attn::QueryWalk walk = pl::attn::query_walk(tile, args.kv_group);
   pl::attn::QueryStep slot = pl::attn::query_step(tile, tile.k_begin, args.kv_group);
+  pl::attn::QueryStep ahead_slot = walk.next(walk.next(slot));   // two steps on
   const int32_t len = tile.m_end - tile.m_offset;
-  for (int32_t step = tile.k_begin; step < tile.k_end; ++step) {
+  uint32_t n = 0;
+  for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
+    const bool stage_ahead = staged_by_writer && step + 2 < tile.k_end;
+    float ahead[kStatsPerLane];
+    if (stage_ahead) {
+#pragma unroll
+      for (uint32_t j = 0; j < kStatsPerLane; ++j) {
+        ahead[j] = load_stat(args, tile, ahead_slot, lane + j * pl::kWarpThreads);
+      }
+    }
     const pl::attn::QueryStep qs{
         slot.head, pl_attn_bwd_core_q_tiles_q_tile(k, tile, slot.head, slot.q_tile)};
     const StepTile t{qs.q_tile * int32_t(kTileQ), tile.m_block * int32_t(kTileN), len, false};
@@ -668,10 +715,17 @@ extern "C" __device__ void pl_attn_bwd_core_dq_writer(const pl_place_attn_bwd_co
                            first_column);
         pl::tma::store_wait_read<0>();
       }
+      if (stage_ahead) {   // after the adds: their waits cover the loads' latency
+#pragma unroll
+        for (uint32_t j = 0; j < kStatsPerLane; ++j) {
+          store_stat(stats_buffer(at, g, n), ahead[j], lane + j * pl::kWarpThreads);
+        }
+      }
       __syncwarp();
       pl::named_arrive(h.empty, kHandoffThreads);
     }
     slot = walk.next(slot);
+    ahead_slot = walk.next(ahead_slot);
   }
 }
 
