@@ -204,10 +204,11 @@ def _params_on(params: dict[str, Any], arch: str) -> tuple[dict[str, Any], dict[
 
 def load_recipe(path: Path | str) -> Recipe:
     path = Path(path)
-    data = _document(path, ())
+    own = _mapping(path)
+    data = _extended(path, own, ())
     where = str(path)
     data = _with_likes(data, where)
-    data = _with_constants(data, where)
+    data = _with_constants(data, where, own.get("constants"))
     _check_per_arch_params(data, where)
     schema_error(_VALIDATOR, data, where, RecipeError)
     if "kernels" in data:
@@ -243,10 +244,21 @@ def load_recipe(path: Path | str) -> Recipe:
 def _document(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """The recipe file as data, written over the recipe it ``extends:`` (which must sit
     in the same folder), so the rest of the build sees one whole recipe."""
+    return _extended(path, _mapping(path), seen)
+
+
+def _mapping(path: Path) -> dict[str, Any]:
+    """The recipe file as written."""
     data = read_yaml(path, RecipeError)
     if not isinstance(data, dict):
         raise RecipeError("a recipe is a mapping (recipe:, arch:, instances:, connect:)",
                           where=str(path))
+    return data
+
+
+def _extended(path: Path, data: dict[str, Any], seen: tuple[Path, ...]) -> dict[str, Any]:
+    """``data``, read from ``path``, written over the recipe it extends."""
+    data = dict(data)
     base_name = data.pop("extends", None)
     if base_name is None:
         return data
@@ -310,12 +322,14 @@ _CONSTANT = re.compile(r"\$(\w+)")
 _CONSTANT_VALUE = re.compile(r"[A-Za-z0-9_.+-]+")   # a param string's words, no "$"
 
 
-def _with_constants(data: dict[str, Any], where: str) -> dict[str, Any]:
+def _with_constants(data: dict[str, Any], where: str, own: Any = None) -> dict[str, Any]:
     """The recipe with every ``$name`` in its values replaced by ``constants: {name:
     value}``: a value that is one reference takes the constant's type (``head_dim:
     $head_dim`` is an int), a reference inside a longer string its text (``D ==
     $head_dim``). A recipe that ``extends:`` another sets the constants the other
-    reads, so one line changes a value every instance and check shares."""
+    reads, so one line changes a value every instance and check shares. A constant the
+    file itself sets (``own``) and nothing reads is refused: a misspelt ``head_dm: 64``
+    would leave the base's value in place."""
     constants = data.get("constants", {})
     if not isinstance(constants, dict):
         raise RecipeError("constants: is a mapping of names to integers or words",
@@ -329,7 +343,10 @@ def _with_constants(data: dict[str, Any], where: str) -> dict[str, Any]:
                               where=f"{where}: constants.{name}",
                               hint="e.g. head_dim: 128 or dtype: bf16")
 
+    read: set[str] = set()
+
     def value_of(name: str, key: str) -> int | str:
+        read.add(name)
         if name not in constants:
             raise RecipeError(f"${name} names no constant of this recipe",
                               where=f"{where}: {key}",
@@ -349,7 +366,16 @@ def _with_constants(data: dict[str, Any], where: str) -> dict[str, Any]:
         if whole:
             return value_of(whole[1], key)
         return _CONSTANT.sub(lambda m: str(value_of(m[1], key)), node)
-    return walk(data, "")
+    out = walk(data, "")
+    for name in own if isinstance(own, dict) else ():
+        if name not in read:
+            raise RecipeError(f"constant '{name}' is set here but read nowhere (no "
+                              f"${name} in the recipe or the recipes it extends)",
+                              where=f"{where}: constants.{name}",
+                              hint=did_you_mean(name, read) + "constants read: "
+                                   + (", ".join(sorted(read)) or "none")
+                                   + "; remove it or fix its name")
+    return out
 
 
 def _check_per_arch_params(data: dict[str, Any], where: str) -> None:

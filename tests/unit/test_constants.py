@@ -105,6 +105,32 @@ def test_bad_constants_are_refused_naming_the_key(tmp_path, constants, needle, k
     assert needle in str(e.value) and f"{path}: {key}" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize(("name", "text", "needle"), [
+    # a variant's misspelt constant would leave the base's width in place
+    ("wide", "recipe: wide\nextends: base\nconstants: {widht: 128}\n",
+     "did you mean 'width'?"),
+    ("base", BASE.replace("{width: 64, kind: bf16}", "{width: 64, kind: bf16, depth: 2}"),
+     "constants read: kind, width"),
+])
+def test_a_constant_set_but_read_nowhere_is_refused(tmp_path, name, text, needle):
+    _write(tmp_path, "base", BASE)
+    path = _write(tmp_path, name, text)
+    with pytest.raises(RecipeError, match="is set here but read nowhere") as e:
+        load_recipe(path)
+    assert needle in str(e.value) and f"{path}: constants." in str(e.value), str(e.value)
+
+
+def test_a_constant_only_the_base_reads_in_a_kernel_the_variant_drops_is_allowed(tmp_path):
+    """attn_paged drops attn_causal's backward, and with it the one reader of
+    grad_store_buffers: the constant is the base's, not set by the variant."""
+    _write(tmp_path, "base", BASE.replace("constants: {width: 64, kind: bf16}",
+                                          "constants: {width: 64, kind: bf16, depth: 2}")
+           .replace("require: [", "require: [\"N > $depth\", "))
+    _write(tmp_path, "lean", "recipe: lean\nextends: base\nconstants: {width: 32}\n"
+                             "launch: {require: ['N % $width == 0']}\n")
+    assert load_recipe(tmp_path / "lean.yaml").data["launch"]["require"] == ["N % 32 == 0"]
+
+
 PER_ARCH = """recipe: base
 arch: [sm_90a, sm_100a]
 instances:
