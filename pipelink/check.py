@@ -894,6 +894,14 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                              f"tensor '{value}' is {have}",
                              f"make launch.{tensors[value]}.{value}.dtype {want}, or bind "
                              "another tensor")
+    written = {value for value in binds.values() if isinstance(value, str)}
+    for name in launch.get("outputs", {}):
+        if name not in written:   # else the op returns the allocator's leftovers
+            problems.add(f"launch.outputs.{name}",
+                         f"output '{name}' is bound to no argument: no component writes it, "
+                         "so every call would return uninitialised memory",
+                         f"bind it to the argument that writes it under launch.bind "
+                         f"(<instance>.<argument>: {name}), or remove the output")
     for inst, b in bound.items():
         for spec in b.contract.data.get("args", []):
             if f"{inst}.{spec['name']}" not in binds:

@@ -199,6 +199,11 @@ CASES = [
     Case("persistent_launch_with_a_grid",
          (f"{RECIPE}: launch.grid", "this grid would be ignored", "drop launch.grid"),
          recipe=put("launch.persistent", True)),
+    # No argument writes it: every call returned whatever the allocator left there.
+    Case("output_bound_to_no_argument",
+         (f"{RECIPE}: launch.outputs.means", "output 'means' is bound to no argument",
+          "uninitialised memory", "(<instance>.<argument>: means), or remove the output"),
+         recipe=put("launch.outputs.means", {"dtype": "f32", "shape": ["M"]})),
     Case("input_dimension_zero",
          (f"{RECIPE}: launch.inputs.x.shape[0]", "input 'x' has dimension 0",
           "integer >= 1"),
