@@ -199,6 +199,7 @@ def check(recipe: Recipe, arch: str, bound: dict[str, BoundContract]) -> Kernel:
     phases = _phases(recipe, bound, problems)
     problems.raise_if_any()
     _check_phase_transfers(recipe, bound, transfers, phases, problems)
+    _check_phase_order(recipe, phases, problems)
     schedulers = _schedulers(bound, phases, problems)
     scheduler = next((s for s in schedulers if s), None)
     problems.raise_if_any()
@@ -1105,6 +1106,38 @@ def _check_phase_transfers(recipe: Recipe, bound: dict[str, BoundContract],
                          f"{t.kind.replace('_', '-')} hand-off cannot cross phases",
                          "put both instances in one phase, or hand over through a tensor "
                          "(an output of one phase bound as the input of the next)")
+
+
+def _check_phase_order(recipe: Recipe, phases: tuple[Phase, ...], problems: _Problems) -> None:
+    """A tensor the kernel writes (an output, or an input marked ``writes:``) bound in
+    phases of which two come first, neither after the other: one writes it while the
+    other's CTAs read or write it, since only ``after:`` waits for other CTAs (phases in
+    one CTA follow each other, the grid does not)."""
+    if len(phases) == 1:
+        return
+    launch = recipe.launch
+    written = set(launch.get("outputs", {})) | {
+        name for name, spec in launch.get("inputs", {}).items() if spec.get("writes")}
+    owner = {inst: i for i, ph in enumerate(phases) for inst in ph.instances}
+    index = {ph.name: i for i, ph in enumerate(phases)}
+    earlier: list[set[int]] = []          # phase -> the phases it waits for, transitively
+    for ph in phases:                     # run order: the ones it waits for come first
+        earlier.append({index[d] for d in ph.after} | {
+            e for d in ph.after for e in earlier[index[d]]})
+    users: dict[str, set[int]] = {}
+    for key, value in launch.get("bind", {}).items():
+        phase = owner.get(str(key).partition(".")[0])
+        if isinstance(value, str) and value in written and phase is not None:
+            users.setdefault(value, set()).add(phase)
+    for tensor, used in users.items():
+        first = sorted(i for i in used if not earlier[i] & used)
+        if len(first) > 1:
+            a, b = phases[first[0]].name, phases[first[1]].name
+            problems.add(f"phases.{b}.after",
+                         f"phases '{a}' and '{b}' both use '{tensor}', which the kernel "
+                         f"writes, and neither runs after the other: a CTA would start "
+                         f"'{b}' while others are still in '{a}'",
+                         f"list '{a}' under phases.{b}.after (after: waits for every CTA)")
 
 
 def _work_ring(bound: dict[str, BoundContract], transfers: list[Transfer], lanes: list[Lane],

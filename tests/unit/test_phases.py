@@ -148,6 +148,10 @@ DOWN = ["down_sched", "down_load", "down_mma", "down_store"]
     (_launch("persistent", False), ["launch.persistent", "resident"]),
     (_phases(up={"instances": UP + DOWN}, down=None),
      ["phases.up", "more than one scheduler: up_sched, down_sched"]),
+    # Without after: 'down' read H while other CTAs were still writing it.
+    (_phases(down={"instances": DOWN}),
+     ["phases.down.after", "phases 'up' and 'down' both use 'h'", "neither runs after",
+      "list 'up' under phases.down.after"]),
 ])
 def test_phase_mistakes_are_refused(tmp_path, edit, words):
     with pytest.raises(CheckError) as err:
