@@ -216,7 +216,7 @@ class Op:
             plan = self._plans.get(key)
             if plan is None or (self._grad_enabled() and self._any_requires_grad(*inputs)):
                 return None     # autograd records it through the dispatcher
-        except (AttributeError, TypeError):
+        except (AttributeError, TypeError, RuntimeError):   # RuntimeError: a nested tensor's shape
             return None
         ptrs = [t.data_ptr() for t in (*inputs, *given)]
         for i, align in plan.positional_aligns:
@@ -579,7 +579,7 @@ def _layout(t: Any) -> tuple:
     array, which would find the freed one's plan (its grid, its tensor maps' shapes)."""
     try:
         return (type(t), t.shape, t.stride(), t.dtype, t.get_device())
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError, RuntimeError):   # RuntimeError: a nested tensor's shape
         cai = getattr(t, "__cuda_array_interface__", None)
         if cai is None:
             return (type(t).__name__,)        # no plan is made for it: tensor_info refuses it

@@ -58,6 +58,13 @@ def tensor_info(obj: Any, what: str, expected: str | None = None) -> TensorInfo:
     ``what`` names it in errors ("argument 'load.src'", "input 'x'"), ``expected`` is
     the dtype the kernel reads, where known, so a dtype no kernel reads names it too."""
     if hasattr(obj, "data_ptr") and hasattr(obj, "dtype"):
+        layout = ("nested" if getattr(obj, "is_nested", False)
+                  else str(getattr(obj, "layout", "torch.strided")).removeprefix("torch."))
+        if layout != "strided":   # its data_ptr() or shape raises PyTorch's own error
+            raise RuntimeLaunchError(f"{what} is a {layout} tensor; the kernel reads a dense "
+                                     "array with strides",
+                                     hint="pass a dense tensor (.to_dense(); a nested one: "
+                                          "torch.nested.to_padded_tensor)")
         dtype = TORCH_DTYPES.get(str(obj.dtype).removeprefix("torch."))
         if dtype is None and expected is not None:
             raise RuntimeLaunchError(f"{what} is {obj.dtype}, expected {expected}",

@@ -626,6 +626,14 @@ def test_a_misaligned_array_is_refused_by_its_address():
      r"input 'w' is not a GPU tensor \(NoneType\)"),
     (lambda: (torch.empty(300, 512, dtype=torch.bfloat16, device="meta"),),
      r"takes 2 inputs \(x, w\), got 1"),
+    # PyTorch's own errors from data_ptr() and .shape: "Cannot access data pointer of
+    # Tensor that doesn't have storage", "NestedTensorImpl doesn't support sizes"
+    (lambda: (torch.zeros(300, 512, dtype=torch.bfloat16).to_sparse(),
+              torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")),
+     r"input 'x' is a sparse_coo tensor(.|\n)*hint: pass a dense tensor"),
+    (lambda: (torch.nested.as_nested_tensor([torch.zeros(3, 512, dtype=torch.bfloat16)]),
+              torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")),
+     r"input 'x' is a nested tensor(.|\n)*to_padded_tensor"),
 ])
 def test_calls_the_dispatcher_cannot_take_are_refused_naming_the_input(op, inputs, needle):
     """Not PyTorch's "Could not run ... with arguments from the 'CPU' backend" or a
