@@ -449,6 +449,13 @@ class ComponentIndex:
             candidate = root / name / "contract.yaml"
             if candidate.is_file():
                 return candidate
+        if not self.names():   # a command run outside the project, most likely
+            searched = ", ".join(str(r.resolve()) for r in self.roots)
+            raise ContractError(f"unknown component '{name}': no components at all under "
+                                f"{searched}",
+                                hint="run from the folder that holds components/, or set "
+                                     "PIPELINK_COMPONENTS to the components folder "
+                                     "(os.pathsep-separated for several)")
         raise ContractError(f"unknown component '{name}'",
                             hint=did_you_mean(name, self.names()) + "known components: "
                                  + (", ".join(self.names()) or "none")

@@ -999,3 +999,17 @@ def test_placing_objects_names_the_contract_file_the_user_edits(tree, with_index
         assert "embedded contract" not in text
     else:
         assert "obj/loader.sm_90a.o (embedded contract of 'loader'): smem.tiles" in text
+
+
+def test_a_command_run_outside_the_project_says_where_it_looked(tmp_path, monkeypatch,
+                                                                 capsys):
+    """Run away from components/, every component was "unknown" with "known components:
+    none (searched components)": the message now says what to change."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PIPELINK_COMPONENTS", raising=False)
+    Tree(tmp_path).recipe(toy_recipe())
+    assert cli.main(["check", "recipes/r.yaml", "--arch", "sm_90a"]) == cli.EXIT_USER
+    err = capsys.readouterr().err
+    assert "recipes/r.yaml: instances.load: unknown component 'loader'" in err, err
+    assert f"no components at all under {tmp_path.resolve() / 'components'}" in err, err
+    assert "run from the folder that holds components/, or set PIPELINK_COMPONENTS" in err
