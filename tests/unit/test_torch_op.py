@@ -635,6 +635,7 @@ def test_a_misaligned_array_is_refused_by_its_address():
               torch.empty(1024, 512, dtype=torch.bfloat16, device="meta")),
      r"input 'x' is a nested tensor(.|\n)*to_padded_tensor"),
 ])
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
 def test_calls_the_dispatcher_cannot_take_are_refused_naming_the_input(op, inputs, needle):
     """Not PyTorch's "Could not run ... with arguments from the 'CPU' backend" or a
     schema error: the same refusal as a call without autograd."""
