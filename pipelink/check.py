@@ -1371,7 +1371,29 @@ def _stated_lanes(instances: dict[str, Instance], bound: dict[str, BoundContract
                               f"'{name}', which runs after it", "give the two their own warps")
             continue
         follows[(name, roles[name][0])] = (inst.lane, roles[inst.lane][0])
+    for cycle in _lane_cycles(follows):     # else each runs after the other: no order
+        names = [i for i, _ in cycle]
+        problems.add(f"instances.{min(names)}.lane",
+                     "lane: goes round in a cycle (" + " -> ".join([*names, names[0]])
+                     + "): each would run after the other",
+                     "drop lane: from one of them; the one it named then runs first")
+        for member in cycle:
+            follows.pop(member, None)
     return follows
+
+
+def _lane_cycles(follows: dict[tuple[str, str], tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The cycles of `lane:` (each role names at most one, so a walk finds each), each
+    once, from its least member."""
+    cycles = []
+    for start in sorted(follows):
+        walk, at = [start], follows[start]
+        while at in follows and at not in walk:
+            walk.append(at)
+            at = follows[at]
+        if at == start and start == min(walk):
+            cycles.append(walk)
+    return cycles
 
 
 def _feeds(transfers: list[Transfer], source: str, target: str) -> bool:
@@ -1493,13 +1515,13 @@ def _problem(recipe: Recipe, arch: str, bound: dict[str, BoundContract],
                              "its tunables: " + (", ".join(b.contract.tunables) or "none")
                              + f" ({where}: tunables)")
         for name, values in b.contract.tunables.items():
-            allowed = _pinned(values, pins[inst].tunables.get(name))
-            if not allowed:
+            allowed, outside = _pinned(values, pins[inst].tunables.get(name))
+            if outside:     # else a pin of [3, 5] would quietly place 3 alone
                 problems.add(f"instances.{inst}.tunables.{name}",
-                             f"pins {pins[inst].tunables.get(name)} outside {b.name}'s range "
+                             f"pins {_listed(outside)} outside {b.name}'s range "
                              f"{list(values)}",
                              f"pin values the contract allows ({where}: tunables.{name})")
-                allowed = values
+                allowed = allowed or values
             ring = stage_pins.get(f"{inst}.{name}")
             if ring is not None and not set(allowed) & ring:
                 problems.add(f"instances.{inst}.tunables.{name}",
@@ -1602,11 +1624,19 @@ def _phase_lives(phases: tuple[Phase, ...], transfers: list[Transfer], buffers: 
     return buffers, barriers, roles, tmem
 
 
-def _pinned(values: tuple[int, ...], pin: Any) -> tuple[int, ...]:
+def _pinned(values: tuple[int, ...], pin: Any) -> tuple[tuple[int, ...], list[Any]]:
+    """The values a tunable may take under a recipe's pin, and the pinned values its
+    range does not hold."""
     if pin is None:
-        return values
-    wanted = set(pin) if isinstance(pin, list) else {pin}
-    return tuple(v for v in values if v in wanted)
+        return values, []
+    wanted = pin if isinstance(pin, list) else [pin]
+    return (tuple(v for v in values if v in wanted),
+            [v for v in wanted if v not in values])
+
+
+def _listed(values: list[Any]) -> str:
+    """``16`` for one value, ``[5, 6]`` for several."""
+    return str(values[0]) if len(values) == 1 else str(values)
 
 
 def team_key(key: str, team: int) -> str:

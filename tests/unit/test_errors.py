@@ -376,6 +376,11 @@ CASES = [
     Case("recipe_pin_outside_range", CheckError,
          (f"{RECIPE}: instances.load.tunables.stages", "pins 16 outside loader's range"),
          recipe=put("instances.load", {"component": "loader", "tunables": {"stages": 16}})),
+    # One value in the range would place it alone, as if the other were never written.
+    Case("recipe_pin_list_partly_outside_range", CheckError,
+         (f"{RECIPE}: instances.load.tunables.stages", "pins 16 outside loader's range"),
+         recipe=put("instances.load", {"component": "loader",
+                                       "tunables": {"stages": [3, 16]}})),
     Case("recipe_pin_unknown_tunable", CheckError,
          (f"{RECIPE}: instances.load.tunables.stage", "pins 'stage', which is not a tunable "
           "of 'loader'", "its tunables: stages"),

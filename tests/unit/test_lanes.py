@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from pipelink.check import check
 from pipelink.contract import load_contract
@@ -65,3 +66,23 @@ def test_lanes_that_cannot_be_are_refused(tmp_path, edit, words):
     assert "recipes/gemm.yaml" in text
     for word in words:
         assert word in text, text
+
+
+def test_a_cycle_of_lanes_is_refused(tmp_path):
+    """dV's store runs after dK's (the recipe's lane:); dK's after dV's too would leave
+    no order to run them in: refused naming the cycle, not placed in recipe order."""
+    data = yaml.safe_load((ROOT / "recipes" / "attn_causal.yaml").read_text())
+    instances = data["kernels"]["backward"]["instances"]
+    instances["dk_store"] = {**instances["dk_store"], "lane": "dv_store"}
+    path = tmp_path / "recipes" / "attn_causal.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    recipe = load_recipe(path).select(["backward"])["backward"]
+    bound = {name: load_contract(ROOT / "components" / i.component / "contract.yaml")
+             .bind(i.params) for name, i in recipe.instances("sm_100a").items()}
+    with pytest.raises(CheckError) as err:
+        check(recipe, "sm_100a", bound)
+    text = str(err.value)
+    for words in ("instances.dk_store.lane", "dk_store -> dv_store -> dk_store",
+                  "drop lane: from one of them"):
+        assert words in text, text
