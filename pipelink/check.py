@@ -895,9 +895,9 @@ def _check_launch(recipe: Recipe, bound: dict[str, BoundContract],
                              f"tensor '{value}' is {have}",
                              f"make launch.{tensors[value]}.{value}.dtype {want}, or bind "
                              "another tensor")
-    written = {value for value in binds.values() if isinstance(value, str)}
+    bound_names = {value for value in binds.values() if isinstance(value, str)}
     for name in launch.get("outputs", {}):
-        if name not in written:   # else the op returns the allocator's leftovers
+        if name not in bound_names:   # else the op returns the allocator's leftovers
             problems.add(f"launch.outputs.{name}",
                          f"output '{name}' is bound to no argument: no component writes it, "
                          "so every call would return uninitialised memory",

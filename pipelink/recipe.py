@@ -241,12 +241,6 @@ def load_recipe(path: Path | str) -> Recipe:
     return recipe
 
 
-def _document(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
-    """The recipe file as data, written over the recipe it ``extends:`` (which must sit
-    in the same folder), so the rest of the build sees one whole recipe."""
-    return _extended(path, _mapping(path), seen)
-
-
 def _mapping(path: Path) -> dict[str, Any]:
     """The recipe file as written."""
     data = read_yaml(path, RecipeError)
@@ -257,7 +251,8 @@ def _mapping(path: Path) -> dict[str, Any]:
 
 
 def _extended(path: Path, data: dict[str, Any], seen: tuple[Path, ...]) -> dict[str, Any]:
-    """``data``, read from ``path``, written over the recipe it extends."""
+    """``data``, read from ``path``, written over the recipe it ``extends:`` (which must
+    sit in the same folder), so the rest of the build sees one whole recipe."""
     data = dict(data)
     base_name = data.pop("extends", None)
     if base_name is None:
@@ -274,7 +269,7 @@ def _extended(path: Path, data: dict[str, Any], seen: tuple[Path, ...]) -> dict[
         chain = " -> ".join(p.stem for p in (*seen, path.resolve(), base.resolve()))
         raise RecipeError(f"recipes extend each other in a cycle: {chain}",
                           where=f"{path}: extends", hint="remove one extends:")
-    merged = _merge(_document(base, (*seen, path.resolve())), data)
+    merged = _merge(_extended(base, _mapping(base), (*seen, path.resolve())), data)
     if "recipe" not in data:
         merged["recipe"] = path.stem
     if merged["recipe"] == base_name:
