@@ -281,6 +281,7 @@ class BoundContract:
         for every value of the tunables it reads, within its field's range. A recipe's
         params that break the contract fail here, naming the field and the params."""
         try:
+            self._check_requires()
             for key, value in _dtype_refs(self.contract):
                 self.dtype(value, key)
             for port in self.contract.ports:
@@ -296,6 +297,20 @@ class BoundContract:
             source = f", set in {where}" if where else ""
             raise ContractError(f"{exc.message} (params: {shown or 'none'}{source})",
                                 where=exc.where, hint=exc.hint) from None
+
+    def _check_requires(self) -> None:
+        """The contract's rules on its params hold (requires): params its code cannot take
+        are refused here, naming the rule, before nvcc meets a static_assert."""
+        for i, rule in enumerate(self.contract.data.get("requires", [])):
+            key = f"requires[{i}]"
+            left, op, right = expr.requirement(rule["check"], where=self.contract.where(key))
+            value = self.eval(left, key)
+            if value in right if op == "in" else expr.COMPARE[op](value, self.eval(right, key)):
+                continue
+            read = sorted(_requirement_names(rule["check"]))
+            raise ContractError(f"'{self.name}' requires {rule['check']}: {rule['why']}",
+                                where=self.contract.where(key),
+                                hint=f"set {', '.join(read)} so that {rule['check']}")
 
     def _check_rings(self) -> None:
         """Each ring a port produces fits what it names, for every value of the tunables:
@@ -758,6 +773,12 @@ def _expressions(c: Contract):
         yield f"cluster[{i}]", v
 
 
+def _requirement_names(check: str, where: str = "") -> set[str]:
+    """The params a requirement reads."""
+    left, _, right = expr.requirement(check, where=where)
+    return expr.names(left) | (expr.names(right) if isinstance(right, str) else set())
+
+
 def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
     """(key, dtype as written) of every port and argument."""
     refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()
@@ -880,6 +901,12 @@ def _check_expressions(c: Contract) -> None:
                 raise ContractError(f"sizeof({name}): '{name}' is neither a dtype "
                                     "nor a string param", where=c.where(key),
                                     hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
+    for i, rule in enumerate(c.data.get("requires", [])):
+        key = f"requires[{i}].check"
+        for name in sorted(_requirement_names(rule["check"], where=c.where(key))):
+            if name not in params:
+                raise ContractError(f"unbound name '{name}' in {key}", where=c.where(key),
+                                    hint=_unbound_hint(name, params, c.tunables, True))
     for section in ("smem", "named_barriers", "mbarriers"):
         for name, spec in c.section(section).items():
             live = spec.get("live") if isinstance(spec, dict) else None

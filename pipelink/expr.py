@@ -391,6 +391,29 @@ COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne}
 
 
+def requirement(text: str, *, where: str = "") -> tuple[str, str, str | tuple[int, ...]]:
+    """(left, operator, right) of a contract's requirement on its params: a comparison
+    :func:`comparison` reads, or ``left in (a, b, ...)`` over integer literals (right is
+    then their tuple)."""
+    try:
+        node = ast.parse(str(text).strip(), mode="eval").body
+    except SyntaxError:
+        node = None
+    if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In)
+            and isinstance(node.comparators[0], (ast.Tuple, ast.List))):
+        values = node.comparators[0].elts
+        if values and all(isinstance(v, ast.Constant) and type(v.value) is int for v in values):
+            left = ast.unparse(node.left)
+            names(left, where=where)
+            return left, "in", tuple(v.value for v in values)
+    if not (isinstance(node, ast.Compare) and len(node.ops) == 1
+            and type(node.ops[0]) in COMPARISONS):
+        raise ContractError(f"cannot read requirement {text!r}", where=where or None,
+                            hint="write one comparison of two size expressions, e.g. "
+                                 "'head_dim % 64 == 0', or 'head_dim in (64, 128)'")
+    return comparison(text, where=where)
+
+
 def comparison(text: str, *, where: str = "") -> tuple[str, str, str]:
     """(left, operator, right) of a condition such as 'E <= 64'; each side is an
     expression :func:`names` accepts."""

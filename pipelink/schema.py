@@ -149,6 +149,16 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
         {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
         _obj({"values": {"type": "array", "items": {"type": "integer"}, "minItems": 1}},
              ["values"])]}, "link-time choices: [min, max] or {values: [...]}"),
+    "requires": {"type": "array", "items": _obj({
+        "check": {"type": "string", "minLength": 1,
+                  "description": "one comparison of two integer expressions over params "
+                                 "(< <= > >= == !=), e.g. head_dim % 64 == 0, or "
+                                 "'expression in (a, b, ...)'"},
+        "why": {"type": "string", "minLength": 1,
+                "description": "what the code needs, shown when a recipe's params break "
+                               "the rule"}}, ["check", "why"]),
+        "description": "rules the params must keep: checked when a recipe (or pipelink "
+                       "compile) binds them, before anything compiles"},
     "roles": _map(_obj({
         "warps": EXPR,
         "registers": {**EXPR, "description": "registers per thread this role needs"},
