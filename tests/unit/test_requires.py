@@ -3,7 +3,7 @@
 Params a component's code cannot take are refused before anything compiles, naming the
 rule, why it holds and the recipe's instance; rules that hold leave the binding as it
 was. The toy tree of ``tests/conftest.py`` (the loader's rows 128, cols 64) and the
-repository's attention components. No compiler, no GPU (the table of refusals is in
+repository's components and recipes. No compiler, no GPU (the table of refusals is in
 tests/unit/test_errors.py).
 """
 
@@ -67,9 +67,27 @@ def test_attention_params_the_components_cannot_take_fail_before_nvcc(tmp_path, 
     assert "hint: set " in text
 
 
-def test_the_shipped_attention_recipes_keep_their_rules():
-    """Every attention recipe binds on both archs: the rules say what the code takes."""
-    for path in sorted((ROOT / "recipes").glob("attn_*.yaml")):
+@pytest.mark.parametrize("instance,params,rule", [
+    ("mma", {"tile_k": 32}, "'wgmma_mainloop' requires tile_k * sizeof(dtype) == 128"),
+    ("mma", {"tile_n": 200}, "'wgmma_mainloop' requires tile_n in (64, 128, 168, 192, 256)"),
+    ("load", {"tile_m": 100}, "'tma_loader' requires tile_m % 8 == 0"),
+])
+def test_gemm_tiles_the_components_cannot_take_fail_before_nvcc(tmp_path, instance, params,
+                                                                 rule):
+    data = yaml.safe_load((ROOT / "recipes" / "gemm.yaml").read_text())
+    data["instances"][instance]["params"].update(params)
+    path = tmp_path / "gemm_x.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ContractError) as info:
+        (kernel,) = load_recipe(path).select(None).values()
+        bind_components(kernel, "sm_90a", default_index(ROOT))
+    assert rule in str(info.value)
+    assert f"gemm_x.yaml: instances.{instance})" in str(info.value)
+
+
+def test_the_shipped_recipes_keep_their_rules():
+    """Every recipe binds on its archs: the rules say what the code takes."""
+    for path in sorted((ROOT / "recipes").glob("*.yaml")):
         recipe = load_recipe(path)
         for kernel in recipe.select(None).values():
             for arch in kernel.archs:
