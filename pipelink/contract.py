@@ -302,14 +302,12 @@ class BoundContract:
         """The contract's rules on its params hold (requires): params its code cannot take
         are refused here, naming the rule, before nvcc meets a static_assert."""
         for i, rule in enumerate(self.contract.data.get("requires", [])):
-            key = f"requires[{i}]"
-            left, op, right = expr.requirement(rule["check"], where=self.contract.where(key))
-            value = self.eval(left, key)
-            if value in right if op == "in" else expr.COMPARE[op](value, self.eval(right, key)):
+            where = self.contract.where(f"requires[{i}]")
+            if expr.holds(rule["check"], self.params, where=where):
                 continue
-            read = sorted(_requirement_names(rule["check"]))
+            read = sorted(expr.requirement_names(rule["check"]))
             raise ContractError(f"'{self.name}' requires {rule['check']}: {rule['why']}",
-                                where=self.contract.where(key),
+                                where=where,
                                 hint=f"set {', '.join(read)} so that {rule['check']}")
 
     def _check_rings(self) -> None:
@@ -773,12 +771,6 @@ def _expressions(c: Contract):
         yield f"cluster[{i}]", v
 
 
-def _requirement_names(check: str, where: str = "") -> set[str]:
-    """The params a requirement reads."""
-    left, _, right = expr.requirement(check, where=where)
-    return expr.names(left) | (expr.names(right) if isinstance(right, str) else set())
-
-
 def _dtype_refs(c: Contract) -> list[tuple[str, str]]:
     """(key, dtype as written) of every port and argument."""
     refs = [(f"ports.{p.name}.dtype", p.dtype) for p in c.ports.values()
@@ -903,7 +895,7 @@ def _check_expressions(c: Contract) -> None:
                                     hint="dtypes: " + ", ".join(expr.DTYPE_BYTES))
     for i, rule in enumerate(c.data.get("requires", [])):
         key = f"requires[{i}].check"
-        for name in sorted(_requirement_names(rule["check"], where=c.where(key))):
+        for name in sorted(expr.requirement_names(rule["check"], where=c.where(key))):
             if name not in params:
                 raise ContractError(f"unbound name '{name}' in {key}", where=c.where(key),
                                     hint=_unbound_hint(name, params, c.tunables, True))

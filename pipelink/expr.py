@@ -391,10 +391,11 @@ COMPARE: dict[str, Callable[[Any, Any], Any]] = {
     "==": operator.eq, "!=": operator.ne}
 
 
-def requirement(text: str, *, where: str = "") -> tuple[str, str, str | tuple[int, ...]]:
-    """(left, operator, right) of a contract's requirement on its params: a comparison
-    :func:`comparison` reads, or ``left in (a, b, ...)`` over integer literals (right is
-    then their tuple)."""
+def _requirement_parts(text: str, where: str) -> tuple[str, str, Any]:
+    """(left, operator, right) of a contract's requirement on its params: ``left in (a,
+    b, ...)`` over integer literals (right: their tuple); ``==`` or ``!=``, read whole as
+    a condition (so a word param may meet a quoted word: ``dtype == 'bf16'``); or an
+    ordering of two size expressions (``<= < >= >``)."""
     try:
         node = ast.parse(str(text).strip(), mode="eval").body
     except SyntaxError:
@@ -403,15 +404,34 @@ def requirement(text: str, *, where: str = "") -> tuple[str, str, str | tuple[in
             and isinstance(node.comparators[0], (ast.Tuple, ast.List))):
         values = node.comparators[0].elts
         if values and all(isinstance(v, ast.Constant) and type(v.value) is int for v in values):
-            left = ast.unparse(node.left)
-            names(left, where=where)
-            return left, "in", tuple(v.value for v in values)
+            return ast.unparse(node.left), "in", tuple(v.value for v in values)
     if not (isinstance(node, ast.Compare) and len(node.ops) == 1
             and type(node.ops[0]) in COMPARISONS):
         raise ContractError(f"cannot read requirement {text!r}", where=where or None,
-                            hint="write one comparison of two size expressions, e.g. "
-                                 "'head_dim % 64 == 0', or 'head_dim in (64, 128)'")
+                            hint="write one comparison, e.g. 'head_dim % 64 == 0', "
+                                 "'tile_m <= 256', 'dtype == \'bf16\'' or "
+                                 "'head_dim in (64, 128)'")
+    if isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+        return str(text), COMPARISONS[type(node.ops[0])], None
     return comparison(text, where=where)
+
+
+def requirement_names(text: str, *, where: str = "") -> set[str]:
+    """The params a contract's requirement reads; refuses, naming ``where``, one that
+    does not parse."""
+    left, op, right = _requirement_parts(text, where)
+    if op in ("==", "!="):
+        return names(left, where=where, condition=True)
+    return names(left, where=where) | (names(right, where=where) if op != "in" else set())
+
+
+def holds(text: str, env: Mapping[str, Value], *, where: str = "") -> bool:
+    """Whether a contract's requirement holds for the params in ``env``."""
+    left, op, right = _requirement_parts(text, where)
+    if op in ("==", "!="):
+        return evaluate(left, env, where=where, condition=True) == 1
+    value = evaluate(left, env, where=where)
+    return value in right if op == "in" else COMPARE[op](value, evaluate(right, env, where=where))
 
 
 def comparison(text: str, *, where: str = "") -> tuple[str, str, str]:

@@ -152,7 +152,8 @@ CONTRACT_SCHEMA: dict[str, Any] = _obj({
     "requires": {"type": "array", "items": _obj({
         "check": {"type": "string", "minLength": 1,
                   "description": "one comparison of two integer expressions over params "
-                                 "(< <= > >= == !=), e.g. head_dim % 64 == 0, or "
+                                 "(< <= > >= == !=), e.g. head_dim % 64 == 0; a word param "
+                                 "against a quoted word (dtype == 'bf16'); or "
                                  "'expression in (a, b, ...)'"},
         "why": {"type": "string", "minLength": 1,
                 "description": "what the code needs, shown when a recipe's params break "

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("check", ["rows % 64 == 0", "rows in (64, 128)", "rows >= 2 * cols",
                                    "(rows if dtype == 'bf16' else 64) == 128",
-                                   "cols != rows"])
+                                   "cols != rows", "dtype == 'bf16'", "dtype != 'f32'"])
 def test_a_rule_that_holds_binds(tree, check):
     tree.toy()
     tree.component("loader", put("requires", [{"check": check, "why": "a reason"}])(producer()))
@@ -34,7 +34,8 @@ def test_a_rule_that_holds_binds(tree, check):
 
 
 @pytest.mark.parametrize("check", ["rows % 256 == 0", "rows in (64, 256)", "rows < cols",
-                                   "(rows if dtype == 'bf16' else 64) == 64"])
+                                   "(rows if dtype == 'bf16' else 64) == 64",
+                                   "dtype == 'f32'"])
 def test_a_rule_the_params_break_is_refused(tree, check):
     tree.toy()
     tree.component("loader", put("requires", [{"check": check, "why": "a reason"}])(producer()))
