@@ -408,9 +408,8 @@ def _requirement_parts(text: str, where: str) -> tuple[str, str, Any]:
     if not (isinstance(node, ast.Compare) and len(node.ops) == 1
             and type(node.ops[0]) in COMPARISONS):
         raise ContractError(f"cannot read requirement {text!r}", where=where or None,
-                            hint="write one comparison, e.g. 'head_dim % 64 == 0', "
-                                 "'tile_m <= 256', 'dtype == \'bf16\'' or "
-                                 "'head_dim in (64, 128)'")
+                            hint="write one comparison, e.g. head_dim % 64 == 0, "
+                                 "tile_m <= 256, dtype == 'bf16' or head_dim in (64, 128)")
     if isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
         return str(text), COMPARISONS[type(node.ops[0])], None
     return comparison(text, where=where)

@@ -337,7 +337,7 @@ CASES = [
                                  "why": "one warp per 64 rows, at most four"}])),
     Case("contract_requires_not_a_comparison", ContractError,
          (f"{LOADER}: requires[0].check", "cannot read requirement 'rows // 64'",
-          "'head_dim in (64, 128)'"),
+          "head_dim in (64, 128)"),
          loader=put("requires", [{"check": "rows // 64", "why": "whole boxes"}])),
     Case("contract_requires_reads_tunable", ContractError,
          (f"{LOADER}: requires[0].check", "unbound name 'stages'", "reads no tunable"),
