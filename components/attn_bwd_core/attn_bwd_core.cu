@@ -408,14 +408,21 @@ __device__ __forceinline__ void issue_query_grads(float (&dq)[kDq], uint32_t ds_
 }
 
 // dQ's partial sums into this warpgroup's staging boxes, laid out as the 128-byte
-// swizzled tile map reads them: 16-byte chunk c of row r at chunk c ^ (r % 8), so a
-// warp's eight rows of quads write distinct banks. A thread's two rows are 8 apart (the
-// same r % 8) and its pairs of columns sit at one place in each 32-byte half-chunk
-// pair, so its addresses are four (one per pair of chunks) plus immediates.
+// swizzled tile map reads them: 16-byte chunk c of row r at chunk c ^ (r % 8). A quad
+// stores one row's 8-column block (two chunks, 32 bytes) at a time, and the swizzle puts
+// rows r and r ^ 1 on the same eight banks, so odd rows store their blocks in another
+// order (block b ^ kOddRowBlockXor where even rows store b): a half-warp's four rows then
+// fill the 32 banks, two wavefronts a store where the one order took four. A thread's
+// two rows are 8 apart (the same r % 8), so its addresses are four (one per block order
+// slot) plus immediates.
 __device__ __forceinline__ void stage_query_grads(const float (&dq)[kDq], uint32_t staging,
                                                   Fragment f) {
   constexpr uint32_t kPairsPerBox = kDqBoxColumns / pl::epi::kBlockCols;   // 8-column blocks
   constexpr uint32_t kBlockBytes = pl::epi::kBlockCols * sizeof(float);     // two chunks
+  constexpr uint32_t kOddRowBlockXor = 2;
+  static_assert(kOddRowBlockXor < kPairsPerBox, "odd rows reorder blocks within a box");
+  const bool odd_row = f.row0 % 2 != 0;
+  const uint32_t order = odd_row ? kOddRowBlockXor : 0;
   const uint32_t swizzle = uint32_t(f.row0) % pl::wgmma::kSwizzleRows;
   const uint32_t byte = uint32_t(f.col0) * uint32_t(sizeof(float));         // in its block
   const uint32_t chunk = (byte / pl::epi::kChunkBytes) ^ (swizzle % 2);
@@ -423,17 +430,18 @@ __device__ __forceinline__ void stage_query_grads(const float (&dq)[kDq], uint32
                             chunk * pl::epi::kChunkBytes + byte % pl::epi::kChunkBytes;
 #pragma unroll
   for (uint32_t block = 0; block < kPairsPerBox; ++block) {
-    const uint32_t at = row_base + (block ^ (swizzle / 2)) * kBlockBytes;
+    const uint32_t at = row_base + (block ^ order ^ (swizzle / 2)) * kBlockBytes;
 #pragma unroll
     for (uint32_t i = block * pl::epi::kFloatsPerBlock; i < kDq;
          i += kPairsPerBox * pl::epi::kFloatsPerBlock) {
 #pragma unroll
       for (uint32_t half = 0; half < Fragment::kRowHalves; ++half) {
         const uint32_t e = i + half * Fragment::kColumnsPerThread;   // this row's pair
+        const uint32_t o = e ^ (kOddRowBlockXor * pl::epi::kFloatsPerBlock);   // odd rows'
         const uint32_t box = (e / pl::epi::kFloatsPerBlock) / kPairsPerBox;
         pl::st_shared_v2_f32(at + box * kDqBoxBytes +
                                  half * pl::epi::kHalfRows * pl::wgmma::kSwizzleBytes,
-                             dq[e], dq[e + 1]);
+                             odd_row ? dq[o] : dq[e], odd_row ? dq[o + 1] : dq[e + 1]);
       }
     }
   }
