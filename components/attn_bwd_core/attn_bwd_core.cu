@@ -528,9 +528,6 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     dk[i] = 0.0f;
     dv[i] = 0.0f;
   }
-  pl::consumer_wait(at.port.kv, st.kv);
-  const uint32_t k_stage = pl::stage_offset(at.port.kv, st.kv);
-  const uint32_t v_stage = k_stage + kTileN * kHeadDim * uint32_t(sizeof(Element));
   const pl::attn::QueryWalk walk = pl::attn::query_walk(tile, args.kv_group);
   // The walk runs over slots; placed() is the step's query tile (the q_tiles function:
   // the slot itself, or a BlockMask's block).
@@ -558,6 +555,11 @@ extern "C" __device__ void pl_attn_bwd_core_mma(const pl_place_attn_bwd_core& at
     if (second) store_stat(stats_buffer(at, warpgroup, 1), second_stat, local);
     pl::named_sync(publish, publish_threads);
   }
+  // K and V after the statistics: those loads' latency runs under the wait for the record's
+  // K and V, which with one K/V stage load only once the last record let go of theirs.
+  pl::consumer_wait(at.port.kv, st.kv);
+  const uint32_t k_stage = pl::stage_offset(at.port.kv, st.kv);
+  const uint32_t v_stage = k_stage + kTileN * kHeadDim * uint32_t(sizeof(Element));
   uint32_t n = 0;
   for (int32_t step = tile.k_begin; step < tile.k_end; ++step, ++n) {
     const pl::attn::QueryStep qs{slot.head, contiguous ? slot.q_tile : mapped_tile};

@@ -37,6 +37,15 @@ extern "C" __device__ void pl_attn_bwd_loader_producer(const pl_place_attn_bwd_l
                                                        const pl::WorkTile& tile,
                                                        pl_state_attn_bwd_loader_producer& st) {
   const int32_t kv_row = tile.first_row(kTileN);
+  // With one K/V stage this record's K and V can load only once the consumers are done
+  // with the last record's, at its end, and every step then waits for them. The loader
+  // reaches the record about the Q/dO ring's depth of steps earlier: bringing K and V
+  // into L2 then has that load come from L2, not HBM. (With two stages the load itself
+  // starts that early.)
+  if (at.port.kv.stages == 1 && pl::elect_one_in_warp()) {
+    pl::attn::prefetch_head_tile<kBoxes>(args.tma_k, tile.n_block, kv_row);
+    pl::attn::prefetch_head_tile<kBoxes>(args.tma_v, tile.n_block, kv_row);
+  }
   pl::producer_fill(at.port.kv, st.kv, 2 * kTileBytesKV, [&](uint32_t stage, uint32_t full) {
     pl::attn::load_head_tile<kTileN, kBoxes>(stage, args.tma_k, full, tile.n_block, kv_row);
     pl::attn::load_head_tile<kTileN, kBoxes>(stage + kTileBytesKV, args.tma_v, full,

@@ -210,18 +210,29 @@ __device__ __forceinline__ DenseTile dense_tile(uint32_t r, uint32_t seq, uint32
   return DenseTile{at.m_block, int32_t(at.pair / heads), int32_t(at.pair % heads), true};
 }
 
+// A head tile's box: 64 bf16 columns, one 128-byte swizzled row each.
+constexpr uint32_t kHeadBoxBytesPerRow = 128;
+constexpr int32_t kHeadBoxColumns = 64;
+
 // A tile of kRows rows of `head` from `row` of a [rows, heads, head_dim] bf16 tensor,
 // loaded by TMA as kBoxes boxes of 64 columns side by side (each kRows x 128 bytes,
 // 128-byte swizzled): K-major for QK^T, MN-major (N = head_dim) for P V.
 template <uint32_t kRows, uint32_t kBoxes>
 __device__ __forceinline__ void load_head_tile(uint32_t stage, const void* map, uint32_t full,
                                                int32_t head, int32_t row) {
-  constexpr uint32_t kBoxBytesPerRow = 128;
-  constexpr int32_t kBoxColumns = 64;
 #pragma unroll
   for (uint32_t b = 0; b < kBoxes; ++b) {
-    tma::load_3d(stage + b * kRows * kBoxBytesPerRow, map, full, int32_t(b) * kBoxColumns,
-                 head, row);
+    tma::load_3d(stage + b * kRows * kHeadBoxBytesPerRow, map, full,
+                 int32_t(b) * kHeadBoxColumns, head, row);
+  }
+}
+
+// The same tile's boxes into L2 only (pl::tma::prefetch_3d).
+template <uint32_t kBoxes>
+__device__ __forceinline__ void prefetch_head_tile(const void* map, int32_t head, int32_t row) {
+#pragma unroll
+  for (uint32_t b = 0; b < kBoxes; ++b) {
+    tma::prefetch_3d(map, int32_t(b) * kHeadBoxColumns, head, row);
   }
 }
 

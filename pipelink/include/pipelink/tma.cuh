@@ -58,6 +58,13 @@ __device__ __forceinline__ void load_2d_multicast(uint32_t dst_offset, const voi
          "h"(cta_mask) : "memory");
 }
 
+// A 3-D tile brought into L2 only (no shared memory, no mbarrier): a later load of the
+// same box then comes from L2.
+__device__ __forceinline__ void prefetch_3d(const void* map, int32_t c0, int32_t c1, int32_t c2) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];"
+               :: "l"(map), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+
 // The CTA-pair forms (sm_100a, a 2-CTA MMA's operands): each CTA of the pair loads its
 // own part into its own shared memory, and the bytes complete on the mbarrier at
 // `mbar_addr`, a shared::cluster address (the pair's leader's barrier, see
