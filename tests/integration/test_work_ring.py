@@ -165,6 +165,30 @@ def test_attention_with_linked_functions_matches_monolithic_sass(out, name, kern
     assert not {"LDL", "STL"} & {op.split(".")[0] for op in linked}
 
 
+@pytest.mark.parametrize("name,prefetches", [("attn_causal", 4), ("attn_causal_d64", 0)])
+def test_backward_brings_the_next_records_keys_into_l2_where_one_stage_holds_them(
+        out, name, prefetches):
+    """With one K/V stage (head dim 128) a record's K and V load only once the last
+    record lets go of theirs, so the loader prefetches them into L2 when it reaches the
+    record: K and V, two 64-column boxes each. With two stages (head dim 64) the load
+    itself starts that early and nothing is prefetched."""
+    ops = sass_instructions(_link(out, name, "sm_90a", "linked", "backward").cubin)
+    assert ops.count("UTMAPF.L2.3D") == prefetches
+
+
+@pytest.mark.parametrize("name", ["attn_causal", "attn_causal_d64"])
+def test_backward_memory_phases_keep_a_batch_of_loads_in_flight(out, name):
+    """attn_bwd_prep and cast_bf16 issue the loads of `batch` vectors (8 on sm_90a, the
+    recipe's) before they use the first: prep's O and dO, two 16-byte loads a vector, and
+    the cast's two L2 loads (ld.global.cg) of 16 bytes a vector, all unrolled. One
+    vector at a time left both phases at about half of DRAM speed."""
+    batch = 8
+    ops = sass_instructions(_link(out, name, "sm_90a", "linked", "backward").cubin)
+    assert ops.count("LDG.E.128") == 2 * batch                 # prep: O and dO
+    assert ops.count("LDG.E.128.STRONG.GPU") == 2 * batch      # the cast
+    assert not {"LDL", "STL"} & {op.split(".")[0] for op in ops}
+
+
 def test_where_linked_and_monolithic_sass_differ_the_compile_mode_does(out):
     """attn_sliding's backward is the one kernel whose linked and monolithic SASS differ:
     nvcc's whole-program cubin and the LTO path flatten one masked-probability branch of
