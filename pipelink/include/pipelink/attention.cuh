@@ -210,9 +210,9 @@ __device__ __forceinline__ DenseTile dense_tile(uint32_t r, uint32_t seq, uint32
   return DenseTile{at.m_block, int32_t(at.pair / heads), int32_t(at.pair % heads), true};
 }
 
-// A head tile's box: 64 bf16 columns, one 128-byte swizzled row each.
+// A head tile's box: one 128-byte swizzled row (the maps' SWIZZLE_128B) of bf16 columns.
 constexpr uint32_t kHeadBoxBytesPerRow = 128;
-constexpr int32_t kHeadBoxColumns = 64;
+constexpr int32_t kHeadBoxColumns = int32_t(kHeadBoxBytesPerRow / sizeof(__nv_bfloat16));
 
 // A tile of kRows rows of `head` from `row` of a [rows, heads, head_dim] bf16 tensor,
 // loaded by TMA as kBoxes boxes of 64 columns side by side (each kRows x 128 bytes,
